@@ -1,0 +1,42 @@
+# The README's two commands are `make quickstart` and `make test`; everything they need
+# is installed by scripts/bootstrap-*.sh into ignored folders (.venv, .tools).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PYTEST := $(VENV)/bin/python -m pytest
+RUFF := $(VENV)/bin/ruff
+
+.PHONY: help venv tools quickstart test test-fast lint format lock clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+venv:  ## create .venv with every extra, pinned by constraints.txt
+	@scripts/bootstrap-python.sh dev
+
+tools: venv  ## install pinned helm, kubeconform, helm-unittest, ... into .tools/
+	@scripts/bootstrap-tools.sh
+
+quickstart: venv  ## run the whole system locally on demo data
+	@$(VENV)/bin/ectl quickstart
+
+lint: venv  ## ruff format --check and ruff check
+	$(RUFF) format --check tools tests bench
+	$(RUFF) check tools tests bench
+
+format: venv  ## apply ruff formatting and safe fixes
+	$(RUFF) format tools tests bench
+	$(RUFF) check --fix tools tests bench
+
+test: venv tools lint  ## the full suite (CI runs exactly this)
+	@source scripts/tools-env.sh && $(PYTEST) tests
+
+test-fast: venv lint  ## quick unit subset
+	$(PYTEST) -m fast tests
+
+lock: venv  ## re-resolve constraints.txt from pyproject.toml
+	$(VENV)/bin/python -m uv pip compile pyproject.toml --extra dev --python-version 3.11 \
+	  -o constraints.txt
+
+clean:  ## remove environments and caches (not the shared tool cache in ~/.cache)
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv and install elasticctr with the given extras, pinned by constraints.txt.
+# Idempotent: reinstalls only when pyproject.toml or constraints.txt changed.
+# Usage: scripts/bootstrap-python.sh [extras]   (default: dev)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+UV_VERSION=0.9.9
+EXTRAS="${1:-dev}"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+stamp=".venv/.installed-$EXTRAS"
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/ectl ]; then
+  exit 0
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python - <<'PYCHECK'
+import sys
+if sys.version_info[:2] != (3, 11):
+    sys.exit(f"Python 3.11 is required, .venv has {sys.version.split()[0]}")
+PYCHECK
+if ! .venv/bin/python -m uv --version 2>/dev/null | grep -q "uv $UV_VERSION"; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+.venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
+  -c constraints.txt -e ".[$EXTRAS]"
+echo "$want" > "$stamp"
+echo "python env ready: .venv ($( .venv/bin/ectl --version ))"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Install the pinned development and test tools into .tools/ (ignored by git):
+#   helm (built from Go modules, version-stamped), kubeconform, helm-unittest (helm plugin),
+#   yamllint (from .venv). Later parts add to this file, not a second script.
+# Built binaries are cached per version in $ELASTICCTR_TOOLS_CACHE (default
+# ~/.cache/elasticctr/tools) so fresh clones on the same machine reuse them.
+# Prints every tool's version; exits non-zero when one is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+
+HELM_VERSION=v3.19.5
+KUBECONFORM_VERSION=v0.7.0
+HELM_UNITTEST_VERSION=v1.0.1
+
+TOOLS="$ROOT/.tools"
+BIN="$TOOLS/bin"
+CACHE="${ELASTICCTR_TOOLS_CACHE:-$HOME/.cache/elasticctr/tools}"
+mkdir -p "$BIN" "$CACHE"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+# go_tool NAME VERSION PACKAGE [LDFLAGS]: build once into $CACHE/NAME-VERSION, link into .tools/bin
+go_tool() {
+  local name=$1 version=$2 pkg=$3 ldflags=${4:-}
+  local cached="$CACHE/$name-$version"
+  if [ ! -x "$cached" ]; then
+    echo "building $name $version from Go modules ..." >&2
+    local tmp
+    tmp=$(mktemp -d)
+    GOBIN="$tmp" go install -ldflags "$ldflags" "$pkg@$version"
+    mv "$tmp/$(basename "${pkg%%@*}")" "$cached"
+    rm -rf "$tmp"
+  fi
+  ln -sf "$cached" "$BIN/$name"
+}
+
+command -v go >/dev/null || { echo "bootstrap-tools: Go is required (go not on PATH)" >&2; exit 1; }
+
+go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+  "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform "-s -w"
+go_tool helm-unittest "$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest \
+  "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$HELM_UNITTEST_VERSION"
+
+# Register helm-unittest as the `helm unittest` plugin (what `helm plugin install` would lay out).
+PLUGIN_DIR="$TOOLS/helm-plugins/helm-unittest"
+mkdir -p "$PLUGIN_DIR/untt-bin"
+ln -sf "$BIN/helm-unittest" "$PLUGIN_DIR/untt-bin/untt"
+cat > "$PLUGIN_DIR/plugin.yaml" <<YAML
+name: "unittest"
+version: "${HELM_UNITTEST_VERSION#v}"
+usage: "unittest for helm charts"
+description: "Unit test for helm chart in YAML with ease to keep your chart functional and robust."
+ignoreFlags: false
+command: "\$HELM_PLUGIN_DIR/untt-bin/untt"
+YAML
+
+# yamllint comes from the Python environment (pinned in constraints.txt).
+ln -sf "$ROOT/.venv/bin/yamllint" "$BIN/yamllint"
+
+# shellcheck source=tools-env.sh
+source "$ROOT/scripts/tools-env.sh"
+fail=0
+report() { # NAME COMMAND...
+  local name=$1; shift
+  local out
+  if out=$("$@" 2>&1 | head -n 1) && [ -n "$out" ]; then
+    printf '  %-14s %s\n' "$name" "$out"
+  else
+    printf '  %-14s MISSING (%s)\n' "$name" "$out" >&2
+    fail=1
+  fi
+}
+echo "tools in $BIN:"
+report helm helm version --short
+report kubeconform kubeconform -v
+report helm-unittest helm unittest --help
+report yamllint yamllint --version
+[ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }

@@ -1,0 +1,3 @@
+"""ElasticCTR: distributed CTR training and online serving, one package for every part."""
+
+__version__ = "0.1.0"

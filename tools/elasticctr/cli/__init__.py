@@ -1,0 +1,1 @@
+"""ectl: the operator CLI. One module per verb group, joined in `main.py`."""

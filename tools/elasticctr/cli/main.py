@@ -1,0 +1,116 @@
+"""Entry point of `ectl`: the root app, global options and error handling.
+
+Verb groups live in sibling modules and are registered in `_register()`; this module
+owns only option parsing shared by all of them and turning errors into messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from rich.console import Console
+
+from elasticctr import __version__
+from elasticctr.constants import ENV_VERBOSE
+from elasticctr.errors import EctlError, ValidationError
+
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    name="ectl",
+    help=(
+        "ElasticCTR: distributed CTR training and online serving on Kubernetes, "
+        "or on this machine.\n\n"
+        "Examples:\n\n"
+        "  ectl quickstart            # whole system locally, demo data\n\n"
+        "  ectl --help                # all verbs"
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"ectl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help=f"Show tracebacks for errors (or set {ENV_VERBOSE}=1)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print version."
+    ),
+) -> None:
+    """ElasticCTR operator CLI."""
+    if verbose:
+        os.environ[ENV_VERBOSE] = "1"
+
+
+def _register() -> None:
+    """Attach each verb group; each module defines `register(app)`."""
+    import importlib
+
+    for name in _VERB_MODULES:
+        importlib.import_module(f"elasticctr.cli.{name}").register(app)
+
+
+# Verb-group modules under elasticctr/cli/, each with a `register(app)` function.
+_VERB_MODULES: list[str] = []
+
+
+def _maybe_traceback() -> None:
+    if os.environ.get(ENV_VERBOSE) == "1":
+        import traceback
+
+        traceback.print_exc()
+
+
+def run() -> None:
+    """Console-script entry: run the app, print user errors as one red line."""
+    _register()
+    try:
+        app(standalone_mode=False)
+    except ValidationError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        for problem in exc.problems:
+            err_console.print(f"  {problem}", markup=False, highlight=False)
+        _maybe_traceback()
+        sys.exit(exc.exit_code)
+    except EctlError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        _maybe_traceback()
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:
+        # Usage errors (click's, or the copy typer vendors) know how to show themselves.
+        if callable(getattr(exc, "show", None)) and isinstance(
+            getattr(exc, "exit_code", None), int
+        ):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if os.environ.get(ENV_VERBOSE) == "1":
+            raise
+        err_console.print(
+            f"[red]internal error:[/red] {type(exc).__name__}: {exc} "
+            "(run with --verbose for the traceback)",
+            highlight=False,
+        )
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,40 @@
+"""Names and defaults shared by every part: environment variables, file names, ports.
+
+One source of truth: other modules import these names instead of re-typing strings.
+Each part adds its own contract here (and documents it in docs/) as it lands.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# --- ectl / general -----------------------------------------------------------------
+ENV_VERBOSE = "ECTL_VERBOSE"
+"""Set to 1 to print tracebacks for errors (same as --verbose)."""
+
+ENV_CHART_DIR = "ELASTICCTR_CHART_DIR"
+"""Where the umbrella chart lives; defaults to charts/elasticctr beside the package source."""
+
+ENV_HOME = "ELASTICCTR_HOME"
+"""Working folder of local mode (logs, data, model store); default ./.elasticctr."""
+
+# --- data format ----------------------------------------------------------------------
+DONEFILE = "donefile"
+"""A partition or model version is complete only when this marker file exists."""
+
+SLOT_CONF = "slot.conf"
+DATA_CONFIG = "data.config"
+
+
+def repo_root() -> Path:
+    """The source checkout this package runs from (tools/elasticctr -> repo root)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def chart_dir() -> Path:
+    """The umbrella chart: $ELASTICCTR_CHART_DIR, else charts/elasticctr of the checkout."""
+    override = os.environ.get(ENV_CHART_DIR)
+    if override:
+        return Path(override)
+    return repo_root() / "charts" / "elasticctr"
