@@ -38,3 +38,9 @@ def chart_dir() -> Path:
     if override:
         return Path(override)
     return repo_root() / "charts" / "elasticctr"
+
+# --- fileserver -----------------------------------------------------------------------
+ENV_FILESERVER_TOKEN = "ELASTICCTR_FILESERVER_TOKEN"
+"""Bearer token for fileserver writes (server side) and for uploads (client side)."""
+FILESERVER_PORT = 8080
+FILESERVER_MAX_UPLOAD_BYTES = 8 << 30

@@ -62,7 +62,9 @@ def _register() -> None:
 
 
 # Verb-group modules under elasticctr/cli/, each with a `register(app)` function.
-_VERB_MODULES: list[str] = []
+_VERB_MODULES: list[str] = [
+    "fileserver",
+]
 
 
 def _maybe_traceback() -> None:

@@ -1,0 +1,131 @@
+"""The fileserver as a real process: reads through fsspec, token-protected atomic writes."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import fsspec
+import pytest
+import requests
+
+from elasticctr.constants import ENV_FILESERVER_TOKEN
+from elasticctr.net import free_port, wait_for_port
+
+pytestmark = pytest.mark.integration
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture(scope="module")
+def fileserver(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    (root / "slot.conf").write_text("0\n1\n2\n")
+    (root / "versions" / "20200401" / "00").mkdir(parents=True)
+    (root / "versions" / "20200401" / "00" / "donefile").write_text("")
+    port = free_port()
+    env = {**os.environ, ENV_FILESERVER_TOKEN: TOKEN}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elasticctr.cli.main", "fileserver", "--root", str(root)]
+        + ["--port", str(port), "--max-upload-bytes", "1000000"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_for_port(
+        "127.0.0.1", port, timeout=30, what="fileserver", alive=lambda: proc.poll() is None
+    )
+    yield f"http://127.0.0.1:{port}", root
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+
+
+def auth():
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_read_and_list_through_fsspec(fileserver):
+    url, _ = fileserver
+    fs = fsspec.filesystem("http")
+    assert fs.cat(f"{url}/slot.conf") == b"0\n1\n2\n"
+    names = {
+        p.rstrip("/").rsplit("/", 1)[-1]
+        for p in fs.ls(f"{url}/versions/20200401/00/", detail=False)
+    }
+    assert names == {"donefile"}
+    assert fs.exists(f"{url}/versions/20200401/00/donefile")
+    assert not fs.exists(f"{url}/versions/20200401/01/donefile")
+
+
+def test_json_listing_and_ranges(fileserver):
+    url, _ = fileserver
+    listing = requests.get(f"{url}/", headers={"Accept": "application/json"}, timeout=5).json()
+    assert {"name": "slot.conf", "type": "file", "size": 6} in listing["entries"]
+    part = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=2-3"}, timeout=5)
+    assert part.status_code == 206 and part.content == b"1\n"
+    suffix = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=-2"}, timeout=5)
+    assert suffix.content == b"2\n"
+    bad = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=100-"}, timeout=5)
+    assert bad.status_code == 416
+
+
+def test_write_requires_token_and_is_atomic(fileserver):
+    url, root = fileserver
+    denied = requests.put(f"{url}/models/a.bin", data=b"x" * 10, timeout=5)
+    assert denied.status_code == 401
+    assert "bearer token" in denied.json()["error"]
+    assert not (root / "models" / "a.bin").exists()
+    wrong = requests.put(
+        f"{url}/models/a.bin", data=b"x", headers={"Authorization": "Bearer nope"}, timeout=5
+    )
+    assert wrong.status_code == 401
+    ok = requests.put(f"{url}/models/a.bin", data=b"payload", headers=auth(), timeout=5)
+    assert ok.status_code == 201, ok.text
+    assert (root / "models" / "a.bin").read_bytes() == b"payload"
+    assert not [p for p in (root / "models").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_fsspec_upload_with_token(fileserver, tmp_path):
+    url, root = fileserver
+    local = tmp_path / "m.txt"
+    local.write_bytes(b"model-v1")
+    fs = fsspec.filesystem("http", headers=auth())
+    fs.put_file(str(local), f"{url}/up/m.txt")
+    assert (root / "up" / "m.txt").read_bytes() == b"model-v1"
+
+
+@pytest.mark.parametrize(
+    "path,status",
+    [("/../etc/passwd", 400), ("/%2e%2e/secret", 400), ("/missing.txt", 404)],
+)
+def test_bad_paths(fileserver, path, status):
+    url, _ = fileserver
+    # http.client sends the path as given (requests would normalise "..").
+    conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=5)
+    conn.request("GET", path)
+    got = conn.getresponse()
+    assert got.status == status
+    assert json.loads(got.read())["error"]
+    conn.close()
+
+
+def test_oversized_upload_rejected_and_old_file_kept(fileserver):
+    url, root = fileserver
+    requests.put(f"{url}/big.bin", data=b"old", headers=auth(), timeout=5).raise_for_status()
+    big = requests.put(f"{url}/big.bin", data=b"x" * 2_000_000, headers=auth(), timeout=10)
+    assert big.status_code == 413
+    assert "exceeds the limit" in big.json()["error"]
+    assert (root / "big.bin").read_bytes() == b"old"
+
+
+def test_delete(fileserver):
+    url, root = fileserver
+    requests.put(f"{url}/tmp/x", data=b"1", headers=auth(), timeout=5).raise_for_status()
+    assert requests.delete(f"{url}/tmp/x", timeout=5).status_code == 401
+    assert requests.delete(f"{url}/tmp/x", headers=auth(), timeout=5).status_code == 204
+    assert not (root / "tmp" / "x").exists()
+    assert requests.delete(f"{url}/", headers=auth(), timeout=5).status_code == 400

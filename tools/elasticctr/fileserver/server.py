@@ -1,0 +1,361 @@
+"""A small threaded HTTP file server with token-authenticated atomic writes.
+
+Why stdlib `http.server`: the fileserver moves whole artifacts (model versions, data
+files), not many tiny requests; a thread per connection and `sendfile` are plenty, and
+it keeps the image free of a web framework.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import urllib.parse
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from elasticctr.errors import EctlError
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_CHUNK = 1 << 20
+
+
+class FileServer(ThreadingHTTPServer):
+    """Serves `root`; writes need `Authorization: Bearer <token>` when a token is set."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        root: Path,
+        *,
+        token: str | None,
+        max_upload_bytes: int,
+        read_token: bool = False,
+    ):
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise EctlError(f"fileserver root {self.root} is not a directory")
+        self.token = token or None
+        self.read_token = read_token
+        self.max_upload_bytes = max_upload_bytes
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FileServer
+    protocol_version = "HTTP/1.1"
+    server_version = "elasticctr-fileserver"
+
+    # -- helpers ---------------------------------------------------------------------
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
+        if os.environ.get("ECTL_FILESERVER_ACCESS_LOG") == "1":
+            super().log_message(format, *args)
+
+    def _send_error(self, status: HTTPStatus, message: str) -> None:
+        body = json.dumps({"error": message, "status": int(status)}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if status == HTTPStatus.UNAUTHORIZED:
+            self.send_header("WWW-Authenticate", 'Bearer realm="elasticctr"')
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None:
+            return True
+        header = self.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+    def _resolve(self) -> Path | None:
+        """Map the URL path to a file under root; None (and a 400 sent) if it escapes."""
+        raw = urllib.parse.urlsplit(self.path).path
+        rel = urllib.parse.unquote(raw).lstrip("/")
+        if "\x00" in rel or any(part == ".." for part in rel.split("/")):
+            self._send_error(HTTPStatus.BAD_REQUEST, f"invalid path {raw!r}")
+            return None
+        target = (self.server.root / rel).resolve()
+        if target != self.server.root and self.server.root not in target.parents:
+            self._send_error(HTTPStatus.BAD_REQUEST, f"path {raw!r} is outside the store")
+            return None
+        return target
+
+    # -- reads -----------------------------------------------------------------------
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
+        self._get(head=True)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._get(head=False)
+
+    def _get(self, *, head: bool) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if path == "/healthz":
+            return self._send_bytes(b"ok\n", "text/plain", head=head)
+        if self.server.read_token and not self._authorized():
+            return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        target = self._resolve()
+        if target is None:
+            return
+        if target.is_dir():
+            return self._send_listing(target, head=head)
+        if not target.is_file():
+            return self._send_error(HTTPStatus.NOT_FOUND, f"{path} not found")
+        self._send_file(target, head=head)
+
+    def _send_bytes(self, body: bytes, ctype: str, *, head: bool) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _send_listing(self, directory: Path, *, head: bool) -> None:
+        rel = "/" + str(directory.relative_to(self.server.root)).strip(".")
+        base = rel.rstrip("/") + "/"
+        entries = []
+        for child in sorted(directory.iterdir()):
+            if child.name.startswith(".tmp-"):
+                continue  # an upload in progress is not part of the store
+            is_dir = child.is_dir()
+            entries.append(
+                {
+                    "name": child.name + ("/" if is_dir else ""),
+                    "type": "directory" if is_dir else "file",
+                    "size": 0 if is_dir else child.stat().st_size,
+                }
+            )
+        accept = self.headers.get("Accept", "")
+        if "application/json" in accept:
+            body = json.dumps({"path": base, "entries": entries}).encode()
+            return self._send_bytes(body, "application/json", head=head)
+        # HTML with absolute links: what fsspec's HTTPFileSystem.ls() parses.
+        links = "\n".join(
+            f'<li><a href="{html.escape(base + urllib.parse.quote(e["name"]))}">'
+            f"{html.escape(e['name'])}</a></li>"
+            for e in entries
+        )
+        page = (
+            f"<!DOCTYPE html><html><body><h1>{html.escape(base)}</h1>"
+            f"<ul>\n{links}\n</ul></body></html>\n"
+        )
+        self._send_bytes(page.encode(), "text/html; charset=utf-8", head=head)
+
+    def _send_file(self, target: Path, *, head: bool) -> None:
+        size = target.stat().st_size
+        start, end = 0, size - 1
+        status = HTTPStatus.OK
+        range_header = self.headers.get("Range")
+        if range_header:
+            match = _RANGE.match(range_header.strip())
+            if not match or (not match.group(1) and not match.group(2)):
+                return self._send_error(
+                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, f"bad Range {range_header!r}"
+                )
+            first, last = match.groups()
+            if first:
+                start = int(first)
+                end = min(int(last), size - 1) if last else size - 1
+            else:  # suffix range: the last N bytes
+                start = max(size - int(last), 0)
+            if start >= size or start > end:
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            status = HTTPStatus.PARTIAL_CONTENT
+        length = max(end - start + 1, 0)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == HTTPStatus.PARTIAL_CONTENT:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if head or length == 0:
+            return
+        with target.open("rb") as fh:
+            fh.seek(start)
+            remaining = length
+            while remaining:
+                chunk = fh.read(min(_CHUNK, remaining))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                remaining -= len(chunk)
+
+    # -- writes ----------------------------------------------------------------------
+    def do_PUT(self) -> None:  # noqa: N802
+        self._write()
+
+    def do_POST(self) -> None:  # noqa: N802 - fsspec's put_file uses POST by default
+        self._write()
+
+    def _write(self) -> None:
+        if not self._authorized():
+            self._drain()
+            return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        target = self._resolve()
+        if target is None:
+            return
+        if target == self.server.root or self.path.endswith("/"):
+            return self._send_error(HTTPStatus.BAD_REQUEST, "cannot write to a directory path")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            return self._receive_chunked(target)
+        length_header = self.headers.get("Content-Length")
+        if length_header is None:
+            return self._send_error(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
+        try:
+            length = int(length_header)
+        except ValueError:
+            return self._send_error(HTTPStatus.BAD_REQUEST, "Content-Length is not an integer")
+        if length < 0 or length > self.server.max_upload_bytes:
+            self.close_connection = True
+            return self._send_error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"upload of {length} bytes exceeds the limit of {self.server.max_upload_bytes}",
+            )
+
+        def body():
+            remaining = length
+            while remaining:
+                chunk = self.rfile.read(min(_CHUNK, remaining))
+                if not chunk:
+                    raise ConnectionError("client closed before sending the whole body")
+                remaining -= len(chunk)
+                yield chunk
+
+        self._store(target, body())
+
+    def _receive_chunked(self, target: Path) -> None:
+        limit = self.server.max_upload_bytes
+
+        def body():
+            total = 0
+            while True:
+                size_line = self.rfile.readline(1024).split(b";")[0].strip()
+                size = int(size_line, 16)
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                total += size
+                if total > limit:
+                    raise OverflowError(total)
+                yield self.rfile.read(size)
+                self.rfile.readline(1024)
+
+        self._store(target, body())
+
+    def _store(self, target: Path, chunks) -> None:
+        """Write to a temp file beside the target, fsync, rename: readers never see a part."""
+        if target.is_dir():
+            self.close_connection = True
+            return self._send_error(HTTPStatus.CONFLICT, f"{target.name} is a directory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            self.close_connection = True
+            return self._send_error(HTTPStatus.CONFLICT, "a parent of the path is a file")
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+        written = 0
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                    written += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except OverflowError:
+            os.unlink(tmp)
+            self.close_connection = True
+            return self._send_error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"upload exceeds the limit of {self.server.max_upload_bytes} bytes",
+            )
+        except (ValueError, ConnectionError) as exc:
+            os.unlink(tmp)
+            self.close_connection = True
+            return self._send_error(HTTPStatus.BAD_REQUEST, f"incomplete upload: {exc}")
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        body = json.dumps({"path": self.path, "bytes": written}).encode()
+        self.send_response(HTTPStatus.CREATED)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        target = self._resolve()
+        if target is None:
+            return
+        if target == self.server.root:
+            return self._send_error(HTTPStatus.BAD_REQUEST, "refusing to delete the store root")
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        else:
+            return self._send_error(HTTPStatus.NOT_FOUND, f"{self.path} not found")
+        self.send_response(HTTPStatus.NO_CONTENT)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _drain(self) -> None:
+        """Read and drop a small unauthorised body so the connection stays usable."""
+        length = int(self.headers.get("Content-Length") or 0)
+        if 0 < length <= _CHUNK:
+            self.rfile.read(length)
+        elif length:
+            self.close_connection = True
+
+
+def serve(
+    root: Path,
+    host: str,
+    port: int,
+    *,
+    token: str | None,
+    max_upload_bytes: int,
+    read_token: bool = False,
+    ready: threading.Event | None = None,
+) -> None:
+    """Run the fileserver until interrupted (SIGTERM/SIGINT end it cleanly)."""
+    server = FileServer(
+        (host, port), root, token=token, max_upload_bytes=max_upload_bytes, read_token=read_token
+    )
+    print(f"fileserver serving {server.root} on {server.url}", flush=True)
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (Kubernetes, local-mode shutdown) ends serve_forever cleanly.
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    if ready is not None:
+        ready.set()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
