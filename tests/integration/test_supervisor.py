@@ -1,0 +1,129 @@
+"""The local supervisor with real processes: restarts, readiness, no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from elasticctr.errors import EctlError
+from elasticctr.local import Component, RestartPolicy, Supervisor
+from elasticctr.net import free_port
+
+pytestmark = pytest.mark.integration
+PY = sys.executable
+
+
+def wait_finished(sup: Supervisor, name: str, timeout: float = 20) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for final, code in sup.poll():
+            if final == name:
+                return code
+        time.sleep(0.05)
+    raise AssertionError(f"{name} did not finish")
+
+
+def test_on_failure_restarts_until_success(tmp_path):
+    counter = tmp_path / "n"
+    script = (
+        "import pathlib,sys; p=pathlib.Path(sys.argv[1]);"
+        "n=int(p.read_text()) if p.exists() else 0; p.write_text(str(n+1));"
+        "sys.exit(0 if n>=2 else 3)"
+    )
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(
+            Component("flaky", [PY, "-c", script, str(counter)], restart=RestartPolicy.ON_FAILURE)
+        )
+        assert wait_finished(sup, "flaky") == 0
+    assert counter.read_text() == "3"
+    assert (tmp_path / "logs" / "flaky.log").read_text().count("--- start flaky") == 3
+
+
+def test_never_policy_reports_failure_and_log(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(Component("bad", [PY, "-c", "print('boom'); raise SystemExit(7)"]))
+        assert wait_finished(sup, "bad") == 7
+    assert "boom" in (tmp_path / "logs" / "bad.log").read_text()
+
+
+def test_restart_budget_is_bounded(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(
+            Component(
+                "crash",
+                [PY, "-c", "raise SystemExit(1)"],
+                restart=RestartPolicy.ON_FAILURE,
+                max_restarts=2,
+            )
+        )
+        assert wait_finished(sup, "crash") == 1
+    assert (tmp_path / "logs" / "crash.log").read_text().count("--- start crash") == 3
+
+
+def test_wait_ready_and_stop_all_leaves_no_orphans(tmp_path):
+    port = free_port()
+    # The server spawns a grandchild; stopping the group must take both down.
+    server = (
+        "import http.server,subprocess,sys;"
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(300)']);"
+        f"http.server.HTTPServer(('127.0.0.1',{port}),http.server.BaseHTTPRequestHandler)"
+        ".serve_forever()"
+    )
+    with Supervisor(tmp_path / "logs", grace=5) as sup:
+        sup.start(Component("srv", [PY, "-c", server], ready_port=("127.0.0.1", port)))
+        sup.wait_ready("srv", timeout=20)
+        pgid = sup.pid("srv")
+    deadline = time.monotonic() + 5
+    while live_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert live_members(pgid) == []
+
+
+def live_members(pgid: int) -> list[int]:
+    """PIDs of the group that are not zombies (a zombie is dead, only not yet reaped)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def test_wait_ready_fails_clearly_when_process_dies(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(
+            Component(
+                "dies", [PY, "-c", "raise SystemExit(2)"], ready_port=("127.0.0.1", free_port())
+            )
+        )
+        with pytest.raises(EctlError, match="exited with code 2 before listening"):
+            sup.wait_ready("dies", timeout=20)
+
+
+def test_kill_is_seen_as_failure_and_restarted(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(
+            Component(
+                "victim",
+                [PY, "-c", "import time; time.sleep(60)"],
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        )
+        time.sleep(0.3)
+        first = sup.pid("victim")
+        sup.kill("victim", signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sup.pid("victim") == first:
+            sup.poll()
+            time.sleep(0.05)
+        assert sup.pid("victim") != first

@@ -1,0 +1,219 @@
+"""A small process supervisor for local mode and local training launches.
+
+Each component runs in its own session (process group) so that stopping it also stops
+whatever it spawned; output goes to `<log_dir>/<name>.log`. Restart policies mirror the
+chart: `never` (a failure is final), `on-failure` (restart up to `max_restarts`, like a
+Volcano task's RestartTask) — the caller decides what a final failure means for the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elasticctr.errors import EctlError
+from elasticctr.net import port_open
+
+
+class RestartPolicy(enum.StrEnum):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+
+
+@dataclass
+class Component:
+    """One process: its command, environment and how to tell it is ready."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    ready_port: tuple[str, int] | None = None
+    restart: RestartPolicy = RestartPolicy.NEVER
+    max_restarts: int = 3
+    cwd: str | None = None
+
+
+@dataclass
+class _Running:
+    component: Component
+    proc: subprocess.Popen
+    log_path: Path
+    restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    exit_codes: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    """Starts components, restarts them by policy, and always stops them all on exit.
+
+    Use as a context manager: leaving the block (normally, by exception or Ctrl-C)
+    terminates every process group it started, SIGKILL after `grace` seconds.
+    """
+
+    def __init__(
+        self, log_dir: Path, *, grace: float = 10.0, echo: Callable[[str], None] | None = None
+    ):
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.grace = grace
+        self.echo = echo or (lambda _msg: None)
+        self._running: dict[str, _Running] = {}
+        self.finished: dict[str, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+    def start(self, component: Component) -> None:
+        if component.name in self._running:
+            raise EctlError(f"component {component.name} is already running")
+        self._running[component.name] = self._spawn(component, restarts=0)
+
+    def _spawn(self, component: Component, *, restarts: int) -> _Running:
+        log_path = self.log_dir / f"{component.name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **component.env}
+        with log_path.open("ab") as log:
+            header = (
+                f"--- start {component.name} (restart {restarts}): {' '.join(component.argv)}\n"
+            )
+            log.write(header.encode())
+            log.flush()
+            proc = subprocess.Popen(
+                list(component.argv),
+                env=env,
+                cwd=component.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return _Running(component, proc, log_path, restarts=restarts)
+
+    def wait_ready(self, name: str, timeout: float = 60.0) -> None:
+        """Block until the component's ready port accepts connections."""
+        running = self._running[name]
+        host, port = running.component.ready_port or (None, None)
+        if host is None:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if port_open(host, port):
+                return
+            if running.proc.poll() is not None:
+                raise EctlError(
+                    f"{name} exited with code {running.proc.returncode} before listening on "
+                    f"{host}:{port}",
+                    hint=f"see {running.log_path}",
+                )
+            time.sleep(0.1)
+        raise EctlError(
+            f"{name} did not listen on {host}:{port} within {timeout:.0f}s",
+            hint=f"see {running.log_path}",
+        )
+
+    def poll(self) -> list[tuple[str, int]]:
+        """Reap exited processes, restart by policy; return final (name, exit code) pairs."""
+        finals: list[tuple[str, int]] = []
+        for name, running in list(self._running.items()):
+            code = running.proc.poll()
+            if code is None:
+                continue
+            running.exit_codes.append(code)
+            comp = running.component
+            if (
+                code != 0
+                and comp.restart == RestartPolicy.ON_FAILURE
+                and running.restarts < comp.max_restarts
+            ):
+                self.echo(f"{name} exited with code {code}; restarting ({running.restarts + 1})")
+                fresh = self._spawn(comp, restarts=running.restarts + 1)
+                fresh.exit_codes = running.exit_codes
+                self._running[name] = fresh
+                continue
+            del self._running[name]
+            self.finished[name] = code
+            finals.append((name, code))
+        return finals
+
+    def pid(self, name: str) -> int:
+        return self._running[name].proc.pid
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to a component's whole process group (fault-injection, shutdown)."""
+        running = self._running[name]
+        try:
+            os.killpg(running.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, name: str) -> int | None:
+        running = self._running.pop(name, None)
+        if running is None:
+            return self.finished.get(name)
+        code = _terminate_group(running.proc, self.grace)
+        self.finished[name] = code
+        return code
+
+    def stop_all(self) -> None:
+        """SIGTERM every process group, then SIGKILL whatever is left after the grace time."""
+        for running in self._running.values():
+            try:
+                os.killpg(running.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + self.grace
+        for name, running in list(self._running.items()):
+            remaining = max(deadline - time.monotonic(), 0.1)
+            try:
+                code = running.proc.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                code = _kill_group(running.proc)
+            _kill_group_quietly(running.proc.pid)  # children that outlived their parent
+            self.finished[name] = code
+        self._running.clear()
+
+
+def _terminate_group(proc: subprocess.Popen, grace: float) -> int:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        code = proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        code = _kill_group(proc)
+    _kill_group_quietly(proc.pid)
+    return code
+
+
+def _kill_group(proc: subprocess.Popen) -> int:
+    _kill_group_quietly(proc.pid)
+    return proc.wait()
+
+
+def _kill_group_quietly(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def python_entry(*args: str) -> list[str]:
+    """argv that runs `ectl <args>` with this interpreter (works without the console script)."""
+    return [sys.executable, "-m", "elasticctr.cli.main", *args]
