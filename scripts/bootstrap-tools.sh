@@ -11,7 +11,9 @@ ROOT="$PWD"
 
 HELM_VERSION=v3.19.5
 KUBECONFORM_VERSION=v0.7.0
-HELM_UNITTEST_VERSION=v1.0.1
+# helm-unittest v1.0.1 fails `go install` here (checksum database has no record of it: 404);
+# v1.0.0 verifies and builds with plain `go install`.
+HELM_UNITTEST_VERSION=v1.0.0
 
 TOOLS="$ROOT/.tools"
 BIN="$TOOLS/bin"
@@ -64,7 +66,8 @@ fail=0
 report() { # NAME COMMAND...
   local name=$1; shift
   local out
-  if out=$("$@" 2>&1 | head -n 1) && [ -n "$out" ]; then
+  # Capture everything first: piping into `head -n 1` would SIGPIPE long outputs (pipefail).
+  if out=$("$@" 2>&1) && out=${out%%$'\n'*} && [ -n "$out" ]; then
     printf '  %-14s %s\n' "$name" "$out"
   else
     printf '  %-14s MISSING (%s)\n' "$name" "$out" >&2
