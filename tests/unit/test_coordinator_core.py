@@ -1,0 +1,169 @@
+"""Coordinator state machine: leases, expiry, exactly-once completion, exports, restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from elasticctr.coordinator import Coordinator, PartitionSpec
+from elasticctr.coordinator.core import split_tasks
+from elasticctr.errors import EctlError
+
+pytestmark = pytest.mark.fast
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def spec(pid: str, *sizes: int) -> PartitionSpec:
+    return PartitionSpec(pid, tuple((f"file:///d/{pid}/part-{i}", s) for i, s in enumerate(sizes)))
+
+
+def drain(coord: Coordinator, trainer: str, samples: int = 10) -> list[str]:
+    """Lease and complete tasks until the trainer gets something else; return task ids."""
+    ids = []
+    while True:
+        got = coord.lease(trainer)
+        if got["kind"] != "task":
+            return ids
+        ids.append(got["task"]["id"])
+        assert coord.complete(got["lease"], trainer, samples)["accepted"]
+
+
+def test_split_by_file_and_byte_range():
+    tasks = split_tasks(spec("20200401/00", 250, 0, 100), task_bytes=100)
+    assert [(t.url.rsplit("/", 1)[1], t.start, t.end) for t in tasks] == [
+        ("part-0", 0, 100),
+        ("part-0", 100, 200),
+        ("part-0", 200, 250),
+        ("part-2", 0, 100),
+    ]
+
+
+def test_every_task_done_once_then_export_then_finished():
+    coord = Coordinator(task_bytes=100)
+    coord.add_partition(spec("20200401/00", 100, 100))
+    coord.close_input()
+    assert len(drain(coord, "0")) == 2
+    export = coord.lease("0")
+    assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
+    assert coord.lease("0") == export  # asked again before confirming: the same export
+    assert coord.lease("1")["kind"] == "wait"  # nobody else gets it
+    coord.exported("20200401/00", "0", "20200401/00", checkpoint=True)
+    assert coord.lease("0") == {"kind": "finished"}
+    progress = coord.progress()
+    assert progress["tasks_done"] == 2 and progress["samples"] == 20
+    assert progress["finished"]
+
+
+def test_expired_lease_is_requeued_and_trained_once_more():
+    clock = Clock()
+    coord = Coordinator(lease_seconds=10, task_bytes=100, clock=clock)
+    coord.add_partition(spec("20200401/00", 100))
+    first = coord.lease("1")
+    assert first["kind"] == "task"
+    clock.now = 11  # trainer 1 died silently
+    second = coord.lease("2")
+    assert second["task"]["id"] == first["task"]["id"]
+    assert second["task"]["attempts"] == 2
+    # The dead trainer's late completion is rejected; the live one counts.
+    assert not coord.complete(first["lease"], "1", 99)["accepted"]
+    assert coord.complete(second["lease"], "2", 10)["accepted"]
+    assert coord.progress()["samples"] == 10
+    assert coord.progress()["tasks_retried"] == 1
+
+
+def test_heartbeat_keeps_lease_and_stale_heartbeat_is_refused():
+    clock = Clock()
+    coord = Coordinator(lease_seconds=10, task_bytes=100, clock=clock)
+    coord.add_partition(spec("20200401/00", 100))
+    got = coord.lease("1")
+    for t in (8, 16, 24):
+        clock.now = t
+        assert coord.heartbeat(got["lease"], "1")
+    clock.now = 40
+    coord.lease("2")  # expiry runs on any call
+    assert not coord.heartbeat(got["lease"], "1")
+
+
+def test_leave_requeues_immediately():
+    coord = Coordinator(task_bytes=100)
+    coord.add_partition(spec("20200401/00", 100))
+    got = coord.lease("1")
+    assert coord.leave("1") == 1
+    again = coord.lease("2")
+    assert again["task"]["id"] == got["task"]["id"]
+
+
+def test_window_limits_partitions_in_flight_and_exports_in_order():
+    coord = Coordinator(task_bytes=100, window=1)
+    coord.add_partition(spec("20200401/00", 100, 100))
+    coord.add_partition(spec("20200401/01", 100))
+    a = coord.lease("0")
+    b = coord.lease("1")
+    assert {a["task"]["partition"], b["task"]["partition"]} == {"20200401/00"}
+    assert coord.lease("1")["kind"] == "wait"  # hour 01 waits for hour 00 (window=1)
+    coord.complete(a["lease"], "0", 1)
+    coord.complete(b["lease"], "1", 1)
+    # trainer "1" is not the chief: it gets hour 01's task, "0" gets the export
+    assert coord.lease("1")["task"]["partition"] == "20200401/01"
+    assert coord.lease("0")["partition"] == "20200401/00"
+
+
+def test_out_of_order_partition_rejected():
+    coord = Coordinator()
+    coord.add_partition(spec("20200401/05", 1))
+    with pytest.raises(EctlError, match="time order"):
+        coord.add_partition(spec("20200401/04", 1))
+
+
+def test_restart_resumes_from_snapshot():
+    saved: list[str] = []
+    coord = Coordinator(task_bytes=100, save=saved.append)
+    coord.add_partition(spec("20200401/00", 100))
+    coord.add_partition(spec("20200401/01", 100, 100))
+    drain(coord, "0")
+    export = coord.lease("0")
+    coord.exported(export["partition"], "0", export["partition"], checkpoint=True)
+    got = coord.lease("0")
+    coord.complete(got["lease"], "0", 7)  # one task of hour 01 done, one not
+
+    fresh = Coordinator(task_bytes=100)
+    fresh.restore(saved[-1])
+    fresh.add_partition(spec("20200401/00", 100))
+    fresh.add_partition(spec("20200401/01", 100, 100))
+    fresh.mark_restored_exports()
+    remaining = drain(fresh, "0")
+    assert len(remaining) == 1
+    assert fresh.lease("0")["partition"] == "20200401/01"
+    assert fresh.progress()["partitions"][0]["exported"]
+
+
+def test_chief_death_hands_export_to_next_trainer():
+    clock = Clock()
+    coord = Coordinator(lease_seconds=10, task_bytes=100, clock=clock)
+    coord.add_partition(spec("20200401/00", 100))
+    held = coord.lease("1")  # trainer 1 takes the only task
+    assert coord.lease("0")["kind"] == "wait"
+    clock.now = 5
+    assert coord.heartbeat(held["lease"], "1")
+    coord.complete(held["lease"], "1", 5)
+    assert coord.lease("0")["kind"] == "export"  # trainer 0 is the chief ...
+    clock.now = 30  # ... and dies before confirming
+    assert coord.lease("1") == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
+
+
+def test_bad_inputs():
+    with pytest.raises(EctlError):
+        Coordinator(lease_seconds=0)
+    coord = Coordinator()
+    with pytest.raises(EctlError, match="not valid JSON"):
+        coord.restore("{broken")
+    with pytest.raises(EctlError, match="unknown partition"):
+        coord.exported("20990101/00", "0", "v", checkpoint=False)
+    with pytest.raises(EctlError, match="samples"):
+        coord.complete("x", "0", -1)
