@@ -1,0 +1,71 @@
+"""Trainer-side client of the coordinator API, tolerant of coordinator restarts."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+
+from elasticctr.errors import EctlError
+
+
+class CoordinatorClient:
+    """Calls retry on connection errors for up to `retry_seconds` (a restarting
+    coordinator is normal: Volcano restarts the job, local mode restarts the process)."""
+
+    def __init__(
+        self, url: str, trainer: str, *, retry_seconds: float = 120.0, timeout: float = 10.0
+    ):
+        self.url = url.rstrip("/")
+        self.trainer = str(trainer)
+        self.retry_seconds = retry_seconds
+        self.timeout = timeout
+        self._session = requests.Session()
+
+    def _post(self, path: str, body: dict) -> dict:
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.2
+        while True:
+            try:
+                resp = self._session.post(
+                    self.url + path, json={"trainer": self.trainer, **body}, timeout=self.timeout
+                )
+            except requests.ConnectionError as exc:
+                if time.monotonic() >= deadline:
+                    raise EctlError(
+                        f"coordinator at {self.url} unreachable for "
+                        f"{self.retry_seconds:.0f}s: {exc}"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if resp.status_code >= 400:
+                raise EctlError(
+                    f"coordinator {path} answered {resp.status_code}: {resp.text[:300]}"
+                )
+            return resp.json()
+
+    def lease(self) -> dict:
+        return self._post("/v1/lease", {})
+
+    def heartbeat(self, lease: str) -> bool:
+        return bool(self._post("/v1/heartbeat", {"lease": lease})["ok"])
+
+    def complete(self, lease: str, samples: int) -> dict:
+        return self._post("/v1/complete", {"lease": lease, "samples": int(samples)})
+
+    def fail(self, lease: str, reason: str) -> None:
+        self._post("/v1/fail", {"lease": lease, "reason": reason})
+
+    def leave(self) -> int:
+        return int(self._post("/v1/leave", {})["requeued"])
+
+    def exported(self, partition: str, version: str, checkpoint: bool) -> None:
+        self._post(
+            "/v1/exported", {"partition": partition, "version": version, "checkpoint": checkpoint}
+        )
+
+    def progress(self) -> dict:
+        resp = self._session.get(self.url + "/v1/progress", timeout=self.timeout)
+        resp.raise_for_status()
+        return resp.json()
