@@ -26,6 +26,12 @@ DONEFILE = "donefile"
 SLOT_CONF = "slot.conf"
 DATA_CONFIG = "data.config"
 
+DEFAULT_MAX_ERROR_RATE = 0.01
+"""Share of malformed lines a data file may have before reading it fails (maxErrorRate)."""
+
+DATA_FILE_PREFIX = "part-"
+"""Data files of a partition are named part-*; other files (donefile, _SUCCESS) are not data."""
+
 
 def repo_root() -> Path:
     """The source checkout this package runs from (tools/elasticctr -> repo root)."""

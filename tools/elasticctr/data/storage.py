@@ -1,0 +1,229 @@
+"""Storage URLs over fsspec: local paths / ``file://``, ``hdfs://host:port/path``, ``http(s)://``.
+
+Why a layer at all: every part names data and artifacts by URL (DATASET_PATH, the model
+store), and three details must be the same everywhere: how an HDFS_UGI becomes the HDFS
+user, how the fileserver's bearer token is sent, and that writes are atomic (a reader
+never sees half a file).
+
+- ``hdfs://`` goes through the ``hdfs-native`` package's fsspec filesystem (pure Rust
+  client, no JVM). The user is the first field of HDFS_UGI (``user,group``); hdfs-native
+  reads it from ``HADOOP_USER_NAME``, so this module sets that variable for the process.
+- ``http(s)://`` is fsspec's HTTP filesystem (the fileserver serves fsspec-compatible
+  listings). Writes send ``Authorization: Bearer $ELASTICCTR_FILESERVER_TOKEN``; the
+  fileserver itself stores uploads atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from typing import IO
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from elasticctr.constants import ENV_FILESERVER_TOKEN
+from elasticctr.errors import EctlError
+
+_SCHEMES = ("file", "hdfs", "http", "https")
+
+
+def hdfs_user(hdfs_ugi: str | None) -> str | None:
+    """The user of an ElasticCTR HDFS_UGI (``user,password`` or ``user,group``) or None."""
+    if not hdfs_ugi or not hdfs_ugi.strip():
+        return None
+    user = hdfs_ugi.split(",", 1)[0].strip()
+    if not user:
+        raise EctlError(f"HDFS_UGI {hdfs_ugi!r} has no user name before the comma")
+    return user
+
+
+def _scheme(url: str) -> str:
+    parsed = urllib.parse.urlparse(url)
+    # A Windows-style drive letter or a bare path has no (or a one-letter) scheme.
+    return parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
+
+
+def url_to_fs(url: str, hdfs_ugi: str | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and the path inside it for a storage URL (or a bare local path)."""
+    if not url:
+        raise EctlError("empty storage URL", hint="use a path, file://, hdfs:// or http(s)://")
+    scheme = _scheme(url)
+    if scheme in ("", "file"):
+        path = urllib.parse.urlparse(url).path if scheme else url
+        return LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
+    if scheme == "hdfs":
+        parsed = urllib.parse.urlparse(url)
+        if not parsed.hostname:
+            raise EctlError(
+                f"{url}: an hdfs:// URL needs the namenode, e.g. hdfs://namenode:9000/path"
+            )
+        user = hdfs_user(hdfs_ugi)
+        if user:
+            os.environ["HADOOP_USER_NAME"] = user
+        from hdfs_native.fsspec import HdfsFileSystem
+
+        try:
+            port = parsed.port
+        except ValueError as exc:
+            raise EctlError(f"{url}: bad port ({exc})") from None
+        # One instance per (host, port, user): fsspec caches by constructor arguments.
+        fs = HdfsFileSystem(host=parsed.hostname, port=port, hdfs_user=user or "")
+        return fs, parsed.path or "/"
+    if scheme in ("http", "https"):
+        from fsspec.implementations.http import HTTPFileSystem
+
+        headers = {}
+        token = os.environ.get(ENV_FILESERVER_TOKEN)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        fs = HTTPFileSystem(client_kwargs={"headers": headers} if headers else None)
+        return fs, url
+    raise EctlError(
+        f"unsupported storage URL scheme {scheme!r} in {url}",
+        hint=f"use a path or one of {', '.join(s + '://' for s in _SCHEMES)}",
+    )
+
+
+def join(url: str, *parts: str) -> str:
+    """Append path parts to a URL or path with '/' (never the OS separator for URLs)."""
+    out = url
+    for part in parts:
+        out = out.rstrip("/") + "/" + part.strip("/")
+    return out
+
+
+def _wrap(url: str, exc: Exception) -> EctlError:
+    if isinstance(exc, FileNotFoundError):
+        return EctlError(f"{url}: not found")
+    return EctlError(f"{url}: {type(exc).__name__}: {exc}")
+
+
+def exists(url: str, hdfs_ugi: str | None = None) -> bool:
+    fs, path = url_to_fs(url, hdfs_ugi)
+    try:
+        return bool(fs.exists(path))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _wrap(url, exc) from exc
+
+
+def list_names(url: str, hdfs_ugi: str | None = None) -> list[tuple[str, bool]]:
+    """Entries directly under ``url`` as sorted (name, is_dir); [] if it does not exist."""
+    fs, path = url_to_fs(url, hdfs_ugi)
+    try:
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _wrap(url, exc) from exc
+    out = []
+    base = path.rstrip("/")
+    for entry in entries:
+        name = entry["name"].rstrip("/")
+        if name.rstrip("/") == base:
+            continue  # some filesystems list the directory itself
+        leaf = posixpath.basename(urllib.parse.urlparse(name).path.rstrip("/") or name)
+        leaf = urllib.parse.unquote(leaf)
+        if leaf.startswith(".tmp-"):
+            continue  # an atomic write in progress
+        out.append((leaf, entry.get("type") == "directory"))
+    return sorted(set(out))
+
+
+def open_input(url: str, hdfs_ugi: str | None = None) -> IO[bytes]:
+    """Open for binary reading; ``.gz``/``.bz2``/... are decompressed transparently."""
+    fs, path = url_to_fs(url, hdfs_ugi)
+    compression = fsspec.utils.infer_compression(path)
+    try:
+        raw = fs.open(path, "rb")
+    except (FileNotFoundError, IsADirectoryError, OSError) as exc:
+        raise _wrap(url, exc) from exc
+    if compression:
+        from fsspec.compression import compr
+
+        return compr[compression](raw, mode="rb")
+    return raw
+
+
+def read_bytes(url: str, hdfs_ugi: str | None = None) -> bytes:
+    with open_input(url, hdfs_ugi) as fh:
+        return fh.read()
+
+
+def read_text(url: str, hdfs_ugi: str | None = None) -> str:
+    data = read_bytes(url, hdfs_ugi)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EctlError(f"{url}: not UTF-8 text ({exc})") from None
+
+
+@contextlib.contextmanager
+def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
+    """Write a file so readers see either nothing or all of it.
+
+    Local and HDFS: write ``.tmp-<name>-<uuid>`` beside the target, then rename over it
+    (a failed write removes the temp file). HTTP: one upload; the fileserver renames.
+    """
+    fs, path = url_to_fs(url, hdfs_ugi)
+    parent, name = posixpath.split(path.rstrip("/"))
+    if _scheme(url) in ("http", "https"):
+        import io
+
+        buf = io.BytesIO()
+        yield buf
+        try:
+            fs.pipe_file(path, buf.getvalue(), method="put")
+        except Exception as exc:  # aiohttp/fsspec raise several unrelated types
+            raise _wrap(url, exc) from exc
+        return
+    if isinstance(fs, LocalFileSystem):
+        parent = os.path.dirname(path)
+    try:
+        fs.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise _wrap(url, exc) from exc
+    tmp = posixpath.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
+    if isinstance(fs, LocalFileSystem):
+        tmp = os.path.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
+    fh = fs.open(tmp, "wb")
+    try:
+        yield fh
+        fh.close()
+        if isinstance(fs, LocalFileSystem):
+            os.replace(tmp, path)
+        else:
+            if fs.exists(path):
+                fs.rm(path)
+            fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fh.close()
+        with contextlib.suppress(Exception):
+            fs.rm(tmp)
+        raise
+
+
+def write_bytes(url: str, data: bytes, hdfs_ugi: str | None = None) -> None:
+    with open_atomic(url, hdfs_ugi) as fh:
+        fh.write(data)
+
+
+def write_text(url: str, text: str, hdfs_ugi: str | None = None) -> None:
+    write_bytes(url, text.encode("utf-8"), hdfs_ugi)
+
+
+def makedirs(url: str, hdfs_ugi: str | None = None) -> None:
+    fs, path = url_to_fs(url, hdfs_ugi)
+    if _scheme(url) in ("http", "https"):
+        return  # the fileserver creates parents on upload
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise _wrap(url, exc) from exc
