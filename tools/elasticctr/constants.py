@@ -50,3 +50,10 @@ ENV_FILESERVER_TOKEN = "ELASTICCTR_FILESERVER_TOKEN"
 """Bearer token for fileserver writes (server side) and for uploads (client side)."""
 FILESERVER_PORT = 8080
 FILESERVER_MAX_UPLOAD_BYTES = 8 << 30
+
+# --- cube -----------------------------------------------------------------------------
+ENV_CUBE_ADMIN_TOKEN = "ELASTICCTR_CUBE_ADMIN_TOKEN"
+"""Bearer token for a cube shard's /admin routes (server) and for cube-transfer (client)."""
+ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
+"""Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
+CUBE_PORT = 8500

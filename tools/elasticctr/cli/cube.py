@@ -1,0 +1,186 @@
+"""`ectl cube ...`: build shard files, run a shard server, run cube-transfer, roll back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from elasticctr.constants import CUBE_PORT, ENV_CUBE_SHARDS
+from elasticctr.errors import EctlError
+
+cube_app = typer.Typer(
+    help=(
+        "Cube: the sharded sparse-embedding service.\n\n"
+        "  ectl cube build --model-store ./store --version 20200401/00 --cube-root ./cube -n 2\n\n"
+        "  ectl cube server --cube-root ./cube --state-dir ./s0 --shard 0 --num-shards 2\n\n"
+        "  ectl cube transfer --model-store ./store --cube-root ./cube "
+        "--shard-url http://127.0.0.1:8500 --shard-url http://127.0.0.1:8501"
+    ),
+    no_args_is_help=True,
+)
+
+_SHARD_URL_HELP = f"Base URL of each shard, shard 0 first (repeat; else ${ENV_CUBE_SHARDS})."
+
+
+def _shard_urls(urls: list[str] | None) -> list[str]:
+    if urls:
+        return urls
+    env = os.environ.get(ENV_CUBE_SHARDS, "")
+    found = [u.strip() for u in env.split(",") if u.strip()]
+    if not found:
+        raise EctlError("no cube shards given", hint=f"pass --shard-url or set ${ENV_CUBE_SHARDS}")
+    return found
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+
+@cube_app.command("build")
+def build(
+    model_store: str = typer.Option(
+        ..., help="Model store URL or directory (file://, hdfs://, http://)."
+    ),
+    version: str = typer.Option(..., help="Model version YYYYMMDD/HH to build."),
+    cube_root: Path = typer.Option(..., help="Directory that receives versions/{V}/shard-*.cube."),
+    shards: int = typer.Option(
+        ..., "--shards", "-n", help="Number of shards N (shard = hash % N)."
+    ),
+    force: bool = typer.Option(False, help="Rebuild even when a complete build exists."),
+) -> None:
+    """Build the N shard files of one model version (verifies the export's sha256 first)."""
+    import tempfile
+
+    from elasticctr.cube.builder import build_version
+    from elasticctr.cube.modelstore import fetch_version
+
+    cube_root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=cube_root, prefix=".fetch-") as cache:
+        mv = fetch_version(model_store, version, Path(cache))
+        t1 = time.perf_counter()
+        manifest = build_version(mv, cube_root, shards, force=force)
+    t2 = time.perf_counter()
+    keys = manifest["total_keys"]
+    typer.echo(
+        f"built {version}: {keys} keys, dim {manifest['dim']}, {shards} shards in "
+        f"{t2 - t1:.2f}s ({keys / max(t2 - t1, 1e-9):,.0f} keys/s; verify {t1 - t0:.2f}s)"
+    )
+    for entry in manifest["shards"]:
+        typer.echo(f"  {entry['file']}  {entry['keys']} keys  sha256 {entry['sha256'][:16]}")
+
+
+@cube_app.command("server")
+def server(
+    cube_root: Path = typer.Option(..., help="Directory holding built versions (read-only use)."),
+    state_dir: Path = typer.Option(..., help="This shard's own directory (committed version)."),
+    shard: int = typer.Option(..., help="This shard's index, 0..N-1."),
+    num_shards: int = typer.Option(..., help="Total number of shards N."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 in a pod)."),
+    port: int = typer.Option(CUBE_PORT, help="Port to listen on."),
+    keep: int = typer.Option(2, help="Versions held in memory (committed + previous ones)."),
+) -> None:
+    """Serve one shard: batch lookups (binary + JSON), health, metrics, hot version switch."""
+    from elasticctr.cube.server import run_server
+
+    _logging()
+    run_server(
+        cube_root=cube_root,
+        state_dir=state_dir,
+        shard=shard,
+        num_shards=num_shards,
+        host=host,
+        port=port,
+        keep=keep,
+    )
+
+
+@cube_app.command("transfer")
+def transfer(
+    model_store: str = typer.Option(..., help="Model store URL or directory to watch."),
+    cube_root: Path = typer.Option(..., help="Directory where shard files are built."),
+    shard_url: list[str] = typer.Option(None, help=_SHARD_URL_HELP),
+    keep: int = typer.Option(3, help="Built versions kept on disk for rollback (K)."),
+    interval: float = typer.Option(30.0, help="Seconds between polls of the model store."),
+    notify: list[str] = typer.Option(None, help="URL to POST {version} to after a commit."),
+    once: bool = typer.Option(False, help="Poll once (publish the newest new version) and exit."),
+    version: str | None = typer.Option(None, help="Publish exactly this version and exit."),
+) -> None:
+    """Watch the model store; build, load on all shards, commit (two-phase), keep K versions."""
+    import signal
+
+    from elasticctr.cube.transfer import Transfer
+
+    _logging()
+    t = Transfer(
+        cube_root=cube_root,
+        shard_urls=_shard_urls(shard_url),
+        store=model_store,
+        keep=keep,
+        notify=notify,
+        echo=typer.echo,
+    )
+    try:
+        t.check_shards()
+        if version:
+            t.publish(version)
+            return
+        if once:
+            published = t.poll_once()
+            typer.echo(f"published {published}" if published else "no new version")
+            return
+        stopping = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+        t.run(interval, stop=lambda: bool(stopping))
+    finally:
+        t.close()
+
+
+@cube_app.command("rollback")
+def rollback(
+    to: str = typer.Option(..., "--to", help="Retained version YYYYMMDD/HH to switch back to."),
+    cube_root: Path = typer.Option(..., help="The cube root the transfer uses."),
+    shard_url: list[str] = typer.Option(None, help=_SHARD_URL_HELP),
+) -> None:
+    """Switch every shard back to an earlier retained version (same two-phase switch)."""
+    from elasticctr.cube.transfer import Transfer
+
+    t = Transfer(cube_root=cube_root, shard_urls=_shard_urls(shard_url), echo=typer.echo)
+    try:
+        t.check_shards()
+        t.rollback(to)
+    finally:
+        t.close()
+
+
+@cube_app.command("status")
+def status(
+    cube_root: Path = typer.Option(..., help="The cube root the transfer uses."),
+    shard_url: list[str] = typer.Option(None, help=_SHARD_URL_HELP),
+) -> None:
+    """Committed version per shard, retained builds, transfer state (JSON)."""
+    from elasticctr.cube.builder import built_versions
+    from elasticctr.cube.client import ShardError
+    from elasticctr.cube.transfer import Transfer
+
+    t = Transfer(cube_root=cube_root, shard_urls=_shard_urls(shard_url))
+    try:
+        shards = []
+        for s in t.cube.shards:
+            try:
+                shards.append(s.status())
+            except ShardError as exc:
+                shards.append({"url": s.url, "error": str(exc)})
+        out = {"transfer": t.state(), "retained": built_versions(cube_root), "shards": shards}
+        typer.echo(json.dumps(out, indent=1))
+    finally:
+        t.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cube_app, name="cube")

@@ -1,0 +1,116 @@
+"""Clients of cube shards: admin calls (transfer) and version-pinned lookups (serving).
+
+`CubeClient.lookup` routes keys with `format.shard_of`, asks every shard in parallel,
+pins all of them to one version, and refuses an answer assembled from two versions.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+
+from elasticctr.constants import ENV_CUBE_ADMIN_TOKEN as ENV_ADMIN_TOKEN
+from elasticctr.cube.format import shard_of
+from elasticctr.cube.protocol import (
+    CONTENT_TYPE,
+    LOOKUP_PATH,
+    VERSION_HEADER,
+    LookupResult,
+    decode_response,
+    encode_keys,
+)
+from elasticctr.errors import EctlError
+
+
+class ShardError(EctlError):
+    """A shard answered with an error status (kept: `status`) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ShardClient:
+    def __init__(self, url: str, *, timeout: float = 60.0, token: str | None = None):
+        self.url = url.rstrip("/")
+        token = token if token is not None else os.environ.get(ENV_ADMIN_TOKEN)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kw) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ShardError(f"cube shard {self.url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code >= 400:
+            try:
+                msg = resp.json().get("error", resp.text)
+            except ValueError:
+                msg = resp.text
+            raise ShardError(f"cube shard {self.url}: {resp.status_code} {msg}", resp.status_code)
+        return resp
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/status").json()
+
+    def load(self, version: str) -> dict[str, Any]:
+        return self._call("POST", "/admin/load", json={"version": version}).json()
+
+    def commit(self, version: str) -> dict[str, Any]:
+        return self._call("POST", "/admin/commit", json={"version": version}).json()
+
+    def unload(self, version: str) -> dict[str, Any]:
+        return self._call("POST", "/admin/unload", json={"version": version}).json()
+
+    def lookup(self, keys: np.ndarray, version: str | None = None) -> LookupResult:
+        headers = {"Content-Type": CONTENT_TYPE}
+        if version:
+            headers[VERSION_HEADER] = version
+        resp = self._call("POST", LOOKUP_PATH, content=encode_keys(keys), headers=headers)
+        return decode_response(resp.content)
+
+
+class CubeClient:
+    """All shards of one cube; shard i is `urls[i]`."""
+
+    def __init__(self, urls: list[str], **kw):
+        if not urls:
+            raise EctlError("no cube shard URLs given")
+        self.shards = [ShardClient(u, **kw) for u in urls]
+        self._pool = ThreadPoolExecutor(max_workers=len(urls))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        for s in self.shards:
+            s.close()
+
+    def each(self, fn) -> list[Any]:
+        """fn(shard_client) on every shard in parallel; results in shard order."""
+        return list(self._pool.map(fn, self.shards))
+
+    def lookup(self, keys: np.ndarray, version: str) -> tuple[np.ndarray, int]:
+        """Rows of `keys` from `version` on every shard; (rows [n, dim], missing)."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        owner = shard_of(keys, len(self.shards))
+        groups = [np.flatnonzero(owner == i) for i in range(len(self.shards))]
+        results = self.each(lambda s: s.lookup(keys[groups[self.shards.index(s)]], version))
+        dims = {r.rows.shape[1] for r in results}
+        if (
+            len({r.version for r in results}) != 1
+            or results[0].version != version
+            or len(dims) != 1
+        ):
+            raise EctlError(
+                f"cube shards answered from mixed versions: {[r.version for r in results]}"
+            )
+        rows = np.zeros((keys.size, dims.pop()), dtype=np.float32)
+        for idx, r in zip(groups, results, strict=True):
+            rows[idx] = r.rows
+        return rows, sum(r.missing for r in results)

@@ -1,0 +1,265 @@
+"""cube-transfer: publish new model versions to all cube shards with a two-phase switch.
+
+    watch    list `{store}/versions/*/*/donefile`; the newest version not yet published
+    fetch    copy + verify the sparse files against the export manifest (sha256)
+    build    N shard files into the cube root (builder.py)
+    phase 1  every shard: POST /admin/load V (verify sha256, mmap, stage)
+             any failure -> unload V where it was staged, V is recorded as failed,
+             the committed version keeps serving everywhere
+    decide   record "committed = V" in {cube_root}/transfer.json (the commit point)
+    phase 2  every shard: POST /admin/commit V (atomic swap); a shard that misses it is
+             brought to V by `reconcile` on every later poll (load + commit)
+    notify   POST {"version": V, ...} to each --notify URL (serving)
+    retain   keep the K newest built versions (and the committed one); delete the rest
+
+`rollback(V)` runs the same two phases for an earlier version still retained.
+Everything is guarded by a file lock so a rollback command and the watcher do not race.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from elasticctr.cube.builder import build_version, built_versions, remove_version
+from elasticctr.cube.client import CubeClient, ShardError
+from elasticctr.cube.modelstore import check_version_id, fetch_version, list_versions
+from elasticctr.errors import EctlError
+
+log = logging.getLogger("elasticctr.cube.transfer")
+
+STATE_FILE = "transfer.json"
+LOCK_FILE = ".transfer.lock"
+
+
+class SwitchFailed(EctlError):
+    """Phase 1 failed on some shard; no shard switched."""
+
+
+class Transfer:
+    def __init__(
+        self,
+        *,
+        cube_root: Path,
+        shard_urls: list[str],
+        store: str | None = None,
+        keep: int = 3,
+        notify: list[str] | None = None,
+        timeout: float = 120.0,
+        echo: Callable[[str], None] | None = None,
+    ):
+        if keep < 1:
+            raise EctlError(f"--keep must be >= 1, got {keep}")
+        self.cube_root = Path(cube_root)
+        self.cube_root.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self.keep = keep
+        self.notify_urls = list(notify or [])
+        self.cube = CubeClient(shard_urls, timeout=timeout)
+        self.num_shards = len(shard_urls)
+        self.echo = echo or (lambda msg: log.info(msg))
+
+    def close(self) -> None:
+        self.cube.close()
+
+    # --- state --------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        path = self.cube_root / STATE_FILE
+        if not path.is_file():
+            return {"committed": None, "published": [], "failed": {}, "notified": None}
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, OSError) as exc:
+            raise EctlError(f"{path} is unreadable ({exc}); fix or remove it") from exc
+
+    def _save(self, state: dict[str, Any]) -> None:
+        tmp = self.cube_root / f".{STATE_FILE}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(state, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.cube_root / STATE_FILE)
+
+    @contextmanager
+    def _locked(self):
+        with open(self.cube_root / LOCK_FILE, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def check_shards(self) -> None:
+        """Every URL must be the shard its position says, of the same shard count."""
+        statuses = self.cube.each(lambda s: s.status())
+        for i, st in enumerate(statuses):
+            if st.get("shard") != i or st.get("num_shards") != self.num_shards:
+                raise EctlError(
+                    f"{self.cube.shards[i].url} is shard {st.get('shard')} of "
+                    f"{st.get('num_shards')}, expected shard {i} of {self.num_shards}",
+                    hint="list --shard-url in shard order, one per shard",
+                )
+
+    # --- the two-phase switch -----------------------------------------------------------
+    def _switch(self, version: str, state: dict[str, Any]) -> None:
+        errors: dict[int, str] = {}
+
+        def load(s):
+            try:
+                s.load(version)
+                return None
+            except ShardError as exc:
+                return str(exc)
+
+        for i, err in enumerate(self.cube.each(load)):
+            if err:
+                errors[i] = err
+        if errors:
+            for i, s in enumerate(self.cube.shards):
+                if i not in errors:
+                    try:
+                        s.unload(version)
+                    except ShardError:
+                        pass  # that shard will evict it on its next commit anyway
+            detail = "; ".join(f"shard {i}: {e}" for i, e in sorted(errors.items()))
+            raise SwitchFailed(f"version {version} not switched, phase 1 failed: {detail}")
+        # The commit point: from here on the version is committed, stragglers are repaired.
+        state["committed"] = version
+        self._save(state)
+        lagging = self._commit_all(version)
+        if lagging:
+            self.echo(f"committed {version}; shards {lagging} will catch up (reconcile)")
+        self._notify(version, state)
+
+    def _commit_all(self, version: str) -> list[int]:
+        def commit(s):
+            try:
+                s.commit(version)
+                return True
+            except ShardError as exc:
+                if exc.status == 409:  # restarted between phases: load again, then commit
+                    try:
+                        s.load(version)
+                        s.commit(version)
+                        return True
+                    except ShardError:
+                        return False
+                return False
+
+        return [i for i, ok in enumerate(self.cube.each(commit)) if not ok]
+
+    def reconcile(self) -> list[int]:
+        """Bring every reachable shard onto the committed version; returns shards fixed."""
+        committed = self.state().get("committed")
+        if not committed:
+            return []
+        fixed = []
+        for i, s in enumerate(self.cube.shards):
+            try:
+                if s.status().get("committed") != committed:
+                    s.load(committed)
+                    s.commit(committed)
+                    fixed.append(i)
+            except ShardError as exc:
+                log.warning("reconcile shard %d: %s", i, exc)
+        if fixed:
+            self.echo(f"reconciled shards {fixed} onto {committed}")
+        return fixed
+
+    def _notify(self, version: str, state: dict[str, Any]) -> None:
+        payload = {"version": version, "cube_shards": [s.url for s in self.cube.shards]}
+        for url in self.notify_urls:
+            try:
+                httpx.post(url, json=payload, timeout=30).raise_for_status()
+            except httpx.HTTPError as exc:
+                self.echo(f"notify {url} failed: {exc}")
+                continue
+        state["notified"] = version
+        self._save(state)
+
+    # --- operations ---------------------------------------------------------------------
+    def publish(self, version: str) -> dict[str, Any]:
+        """Fetch, verify, build and switch to `version`; record failure and re-raise."""
+        if not self.store:
+            raise EctlError("publishing needs --model-store")
+        check_version_id(version)
+        with self._locked():
+            state = self.state()
+            try:
+                with tempfile.TemporaryDirectory(dir=self.cube_root, prefix=".fetch-") as cache:
+                    mv = fetch_version(self.store, version, Path(cache))
+                    t0 = time.perf_counter()
+                    manifest = build_version(mv, self.cube_root, self.num_shards)
+                    self.echo(
+                        f"built {version}: {manifest['total_keys']} keys in "
+                        f"{self.num_shards} shards ({time.perf_counter() - t0:.2f}s)"
+                    )
+                self._switch(version, state)
+            except EctlError as exc:
+                state["failed"][version] = str(exc)
+                if version not in state["published"]:
+                    state["published"].append(version)
+                self._save(state)
+                raise
+            state["published"].append(version)
+            state["failed"].pop(version, None)
+            self._save(state)
+            self._retain(state)
+            self.echo(f"committed {version} on {self.num_shards} shards")
+            return manifest
+
+    def rollback(self, version: str) -> None:
+        """Switch every shard back to an earlier version that is still retained."""
+        check_version_id(version)
+        with self._locked():
+            state = self.state()
+            if version not in built_versions(self.cube_root):
+                kept = ", ".join(built_versions(self.cube_root)) or "none"
+                raise EctlError(f"version {version} is not retained (retained: {kept})")
+            self._switch(version, state)
+            self.echo(f"rolled back to {version} on {self.num_shards} shards")
+
+    def poll_once(self) -> str | None:
+        """Publish the newest unseen version, if any; repair lagging shards. Returns it."""
+        with self._locked():
+            self.reconcile()
+        state = self.state()
+        seen = set(state["published"])
+        newest_seen = max(seen) if seen else ""
+        candidates = [v for v in list_versions(self.store) if v not in seen and v > newest_seen]
+        if not candidates:
+            return None
+        version = candidates[-1]  # jump straight to the newest; older ones are stale
+        try:
+            self.publish(version)
+        except EctlError as exc:
+            self.echo(f"version {version} rejected: {exc}")
+            return None
+        return version
+
+    def _retain(self, state: dict[str, Any]) -> None:
+        built = built_versions(self.cube_root)
+        keep = set(built[-self.keep :]) | {state.get("committed")}
+        for v in built:
+            if v not in keep:
+                remove_version(self.cube_root, v)
+                self.echo(f"removed old version {v}")
+
+    def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
+        self.check_shards()
+        while not stop():
+            try:
+                self.poll_once()
+            except EctlError as exc:
+                self.echo(f"poll failed: {exc}")
+            time.sleep(interval)
