@@ -100,6 +100,11 @@ def join(url: str, *parts: str) -> str:
 def _wrap(url: str, exc: Exception) -> EctlError:
     if isinstance(exc, FileNotFoundError):
         return EctlError(f"{url}: not found")
+    if getattr(exc, "status", None) in (401, 403):
+        return EctlError(
+            f"{url}: the fileserver refused the request ({exc.status})",
+            hint=f"set {ENV_FILESERVER_TOKEN} to the fileserver's token",
+        )
     return EctlError(f"{url}: {type(exc).__name__}: {exc}")
 
 
@@ -179,7 +184,7 @@ def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
         buf = io.BytesIO()
         yield buf
         try:
-            fs.pipe_file(path, buf.getvalue(), method="put")
+            fs.pipe_file(path, buf.getvalue())
         except Exception as exc:  # aiohttp/fsspec raise several unrelated types
             raise _wrap(url, exc) from exc
         return
