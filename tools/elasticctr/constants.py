@@ -19,6 +19,16 @@ ENV_CHART_DIR = "ELASTICCTR_CHART_DIR"
 ENV_HOME = "ELASTICCTR_HOME"
 """Working folder of local mode (logs, data, model store); default ./.elasticctr."""
 
+ENV_HELM = "ELASTICCTR_HELM"
+"""Path of the helm binary for the cluster verbs (else `helm` on PATH, e.g. .tools/bin)."""
+
+ENV_RELEASE = "ELASTICCTR_RELEASE"
+"""Default release name for install/upgrade/status/logs/... (else DEFAULT_RELEASE)."""
+DEFAULT_RELEASE = "elasticctr"
+
+ENV_NAMESPACE = "ELASTICCTR_NAMESPACE"
+"""Default Kubernetes namespace for the cluster verbs (else the kubeconfig context's)."""
+
 # --- data format ----------------------------------------------------------------------
 DONEFILE = "donefile"
 """A partition or model version is complete only when this marker file exists."""

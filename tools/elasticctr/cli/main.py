@@ -65,6 +65,10 @@ def _register() -> None:
 _VERB_MODULES: list[str] = [
     "fileserver",
     "cube",
+    "release",
+    "status",
+    "doctor",
+    "completion",
 ]
 
 
@@ -79,7 +83,10 @@ def run() -> None:
     """Console-script entry: run the app, print user errors as one red line."""
     _register()
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns (not raises) the code of typer.Exit(n).
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except ValidationError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         for problem in exc.problems:

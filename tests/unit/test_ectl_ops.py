@@ -1,0 +1,252 @@
+"""ectl's operator verbs without a cluster: help, completion, doctor, unreachable-cluster errors.
+
+Cluster-facing verbs run the real `ectl` entry point and the real helm binary against a
+kubeconfig whose API server port is closed, so the failure path is the one a user meets.
+The same verbs against a real kube-apiserver are covered in tests/cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import require_tool
+from typer.testing import CliRunner
+
+from elasticctr.cli.main import _register, app
+
+runner = CliRunner()
+
+OPERATOR_VERBS = [
+    "install",
+    "upgrade",
+    "uninstall",
+    "rollback",
+    "history",
+    "template",
+    "status",
+    "logs",
+    "doctor",
+    "completion",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    _register()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dead_kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig whose API server is a closed loopback port: connection refused."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: dead
+  cluster: {{server: "https://127.0.0.1:{closed_port()}"}}
+contexts:
+- name: dead
+  context: {{cluster: dead, user: u, namespace: ctr}}
+current-context: dead
+users:
+- name: u
+  user: {{token: not-a-real-token}}
+"""
+    )
+    return path
+
+
+def ectl(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """Run the real console entry point in a subprocess (exit codes, stderr, no traceback)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "elasticctr.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("verb", OPERATOR_VERBS)
+def test_every_verb_help_has_examples(verb):
+    result = runner.invoke(app, [verb, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Examples" in result.output
+    assert f"ectl {verb}" in result.output
+
+
+@pytest.mark.fast
+def test_root_help_lists_operator_verbs():
+    result = runner.invoke(app, ["--help"])
+    for verb in OPERATOR_VERBS:
+        assert verb in result.output
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish", "powershell"])
+def test_completion_script(shell):
+    result = runner.invoke(app, ["completion", shell])
+    assert result.exit_code == 0, result.output
+    assert "_ECTL_COMPLETE" in result.output
+
+
+@pytest.mark.fast
+def test_completion_rejects_unknown_shell():
+    result = runner.invoke(app, ["completion", "tcsh"])
+    assert result.exit_code == 2
+    assert "choose one of" in result.output
+
+
+def test_completion_answers_from_the_installed_script():
+    """What `source <(ectl completion bash)` makes bash run: completes verbs and options."""
+    script = Path(sys.executable).with_name("ectl")
+    assert script.exists(), "the ectl console script is installed in the venv"
+    env = dict(os.environ, _ECTL_COMPLETE="complete_bash", COMP_WORDS="ectl ins", COMP_CWORD="1")
+    proc = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "install" in proc.stdout.split()
+    env.update(COMP_WORDS="ectl logs ", COMP_CWORD="2")
+    proc = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert {"trainer", "pserver", "cube-transfer"} <= set(proc.stdout.split())
+    env.update(COMP_WORDS="ectl doctor --kube", COMP_CWORD="2")
+    proc = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert "--kubeconfig" in proc.stdout.split()
+
+
+# --- doctor -----------------------------------------------------------------------------
+
+
+def test_doctor_without_kubeconfig_fails_with_fix(tmp_path):
+    require_tool("helm")
+    proc = ectl(
+        "doctor", "-o", "json", env={"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    )
+    assert proc.returncode == 4, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["helm"]["status"] == "ok"
+    assert checks["kubeconfig"]["status"] == "fail"
+    assert "--kubeconfig" in checks["kubeconfig"]["fix"]
+    for later in ("Volcano CRDs", "Volcano scheduler", "default StorageClass", "permissions"):
+        assert checks[later]["status"] == "skip"
+
+
+def test_doctor_unreachable_cluster_report(dead_kubeconfig):
+    require_tool("helm")
+    proc = ectl("doctor", "--kubeconfig", str(dead_kubeconfig), "-o", "json")
+    assert proc.returncode == 4, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [c["name"] for c in report["checks"]] == [
+        "helm",
+        "kubeconfig",
+        "cluster reachable",
+        "Volcano CRDs",
+        "Volcano scheduler",
+        "default StorageClass",
+        "permissions",
+    ]
+    reach = report["checks"][2]
+    assert reach["status"] == "fail"
+    assert "Connection refused" in reach["detail"]
+    assert "kubectl cluster-info" in reach["fix"]
+    assert all(set(c) == {"name", "status", "detail", "fix"} for c in report["checks"])
+
+
+def test_doctor_table_names_the_fix(dead_kubeconfig):
+    proc = ectl("doctor", "--kubeconfig", str(dead_kubeconfig), env={"COLUMNS": "200"})
+    assert proc.returncode == 4
+    assert "cluster reachable" in proc.stdout
+    assert "not ready" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path):
+    proc = ectl(
+        "doctor",
+        "--kubeconfig",
+        str(dead_kubeconfig),
+        "--helm",
+        str(tmp_path / "nohelm"),
+        "-o",
+        "json",
+    )
+    assert proc.returncode == 4
+    helm = json.loads(proc.stdout)["checks"][0]
+    assert helm["status"] == "fail"
+    assert "make tools" in helm["fix"]
+
+
+# --- cluster verbs without a cluster ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "-o", "json"],
+        ["logs", "trainer"],
+        ["history"],
+        ["rollback"],
+        ["rollback", "2", "--dry-run"],
+        ["uninstall", "--yes"],
+        ["uninstall", "--dry-run"],
+    ],
+    ids=lambda a: "-".join(a),
+)
+def test_cluster_verbs_say_unreachable(args, dead_kubeconfig):
+    require_tool("helm")
+    proc = ectl(*args, "--kubeconfig", str(dead_kubeconfig))
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "Kubernetes cluster unreachable" in proc.stderr
+    assert "ectl doctor" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "command failed" not in proc.stderr  # pyhelm3's log line stays quiet
+    assert proc.stdout == ""
+
+
+def test_missing_kubeconfig_is_a_clear_error(tmp_path):
+    proc = ectl(
+        "logs", "pserver", env={"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    )
+    assert proc.returncode == 3
+    assert "no usable kubeconfig" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.fast
+def test_logs_rejects_unknown_component():
+    result = runner.invoke(app, ["logs", "webserver"])
+    assert result.exit_code == 2
+    assert "cube-transfer" in result.output
+
+
+def test_helm_not_found_is_a_clear_error(dead_kubeconfig, tmp_path):
+    proc = ectl("history", "--kubeconfig", str(dead_kubeconfig), "--helm", str(tmp_path / "x"))
+    assert proc.returncode == 1
+    assert "helm not found" in proc.stderr
+    assert "ELASTICCTR_HELM" in proc.stderr
+
+
+def test_helm_found_through_env_var(dead_kubeconfig):
+    helm = require_tool("helm")
+    env = {"ELASTICCTR_HELM": helm, "PATH": "/usr/bin:/bin"}
+    proc = ectl("history", "--kubeconfig", str(dead_kubeconfig), env=env)
+    assert proc.returncode == 3, proc.stderr  # got as far as the cluster

@@ -1,0 +1,273 @@
+"""Pieces shared by the operator verbs: output format, cluster options, helm and kube access.
+
+Owns how `ectl` finds helm and the cluster and how it turns their failures into one clear
+line. It must not know chart internals (values.py does) or the data layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from elasticctr.constants import (
+    DEFAULT_RELEASE,
+    ENV_HELM,
+    ENV_NAMESPACE,
+    ENV_RELEASE,
+    ENV_VERBOSE,
+    repo_root,
+)
+from elasticctr.errors import EctlError
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 1
+EXIT_VALIDATION = 2
+EXIT_UNREACHABLE = 3
+"""The cluster (or a release's service) could not be reached."""
+EXIT_CHECKS_FAILED = 4
+"""`ectl doctor` found at least one failing check."""
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class OutputFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+
+
+OUTPUT_OPTION = typer.Option(
+    OutputFormat.table, "--output", "-o", help="table for people, json for scripts."
+)
+
+
+def print_json(data: Any) -> None:
+    """JSON on stdout, nothing else: scripts pipe this into jq."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+# --- cluster options --------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """Where a cluster verb acts: the release, its namespace and how to reach the cluster."""
+
+    release: str
+    namespace: str | None
+    kubeconfig: Path | None
+    context: str | None
+    helm: str | None = None
+
+    def resolved_namespace(self) -> str:
+        """The namespace given, else the kubeconfig context's, else `default`."""
+        if self.namespace:
+            return self.namespace
+        try:
+            from kubernetes import config
+
+            _, active = config.list_kube_config_contexts(
+                config_file=str(self.kubeconfig) if self.kubeconfig else None
+            )
+            if self.context:
+                contexts, _ = config.list_kube_config_contexts(
+                    config_file=str(self.kubeconfig) if self.kubeconfig else None
+                )
+                active = next((c for c in contexts if c["name"] == self.context), active)
+            namespace = (active or {}).get("context", {}).get("namespace")
+        except Exception:  # no kubeconfig: the cluster call that follows says so clearly
+            namespace = None
+        return namespace or "default"
+
+
+RELEASE_OPTION = typer.Option(
+    DEFAULT_RELEASE,
+    "--release",
+    "-R",
+    envvar=ENV_RELEASE,
+    help=f"Helm release name (${ENV_RELEASE}).",
+    show_default=True,
+)
+NAMESPACE_OPTION = typer.Option(
+    None,
+    "--namespace",
+    "-n",
+    envvar=ENV_NAMESPACE,
+    help=f"Kubernetes namespace (${ENV_NAMESPACE}; default: the kubeconfig context's).",
+)
+KUBECONFIG_OPTION = typer.Option(
+    None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."
+)
+CONTEXT_OPTION = typer.Option(None, "--context", help="kubeconfig context to use.")
+HELM_OPTION = typer.Option(
+    None, "--helm", envvar=ENV_HELM, help=f"helm binary (${ENV_HELM}; default: helm on PATH)."
+)
+
+
+def find_helm(explicit: str | None) -> str:
+    """The helm binary: --helm / $ELASTICCTR_HELM, else PATH, else the checkout's .tools/bin."""
+    if explicit:
+        found = shutil.which(explicit) or (explicit if os.access(explicit, os.X_OK) else None)
+        if not found:
+            raise EctlError(
+                f"helm not found at {explicit}",
+                hint=f"fix --helm / ${ENV_HELM}, or unset it to use helm from PATH",
+            )
+        return found
+    found = shutil.which("helm")
+    if found:
+        return found
+    bundled = repo_root() / ".tools" / "bin" / "helm"
+    if bundled.is_file() and os.access(bundled, os.X_OK):
+        return str(bundled)
+    raise EctlError(
+        "helm not found on PATH",
+        hint=f"run `make tools` and `source scripts/tools-env.sh`, or set ${ENV_HELM}",
+    )
+
+
+def helm_client(target: Target):
+    """A pyhelm3 client bound to the target's kubeconfig/context and helm binary."""
+    from pyhelm3 import Client
+
+    if os.environ.get(ENV_VERBOSE) != "1":
+        # pyhelm3 logs every failed helm call as a warning; ectl reports it once, clearly.
+        logging.getLogger("pyhelm3").addHandler(logging.NullHandler())
+        logging.getLogger("pyhelm3").propagate = False
+
+    helm = find_helm(target.helm)
+    try:
+        return Client(
+            executable=helm,
+            kubeconfig=target.kubeconfig,
+            kubecontext=target.context,
+        )
+    except Exception as exc:  # helm exists but `helm version` failed
+        raise EctlError(
+            f"cannot run {helm} version: {exc}", hint="reinstall with `make tools`"
+        ) from exc
+
+
+UNREACHABLE_MARKERS = (
+    "kubernetes cluster unreachable",
+    "connection refused",
+    "no such host",
+    "i/o timeout",
+    "network is unreachable",
+    "no configuration has been provided",
+    "invalid configuration",
+    "tls handshake timeout",
+    "context deadline exceeded",
+)
+
+
+def helm_error(exc: Exception, what: str) -> EctlError:
+    """Turn a pyhelm3 failure into one line: unreachable cluster, missing release, or helm's."""
+    stderr = getattr(exc, "stderr", b"")
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr or exc)
+    lines = [
+        line.strip().removeprefix("Error: ")
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("WARNING")
+    ]
+    message = lines[-1] if lines else str(exc) or type(exc).__name__
+    message = message.removeprefix("Kubernetes cluster unreachable: ")
+    low = text.lower()
+    if any(marker in low for marker in UNREACHABLE_MARKERS):
+        return EctlError(
+            f"{what}: Kubernetes cluster unreachable ({message})",
+            hint="check --kubeconfig/--context, then run `ectl doctor`",
+            exit_code=EXIT_UNREACHABLE,
+        )
+    if "release: not found" in low or "not found" in low and "release" in low:
+        return EctlError(
+            f"{what}: {message}",
+            hint="`ectl install` creates it; `helm list -A` shows existing releases",
+        )
+    return EctlError(f"{what}: {message}")
+
+
+# --- kubernetes client ------------------------------------------------------------------
+
+
+def kube_api_client(target: Target):
+    """A kubernetes ApiClient from the kubeconfig (or the in-cluster service account)."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api = config.new_client_from_config(
+            config_file=str(target.kubeconfig) if target.kubeconfig else None,
+            context=target.context,
+        )
+    except (ConfigException, FileNotFoundError, OSError) as exc:
+        if target.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+            return client.ApiClient()
+        raise EctlError(
+            f"no usable kubeconfig: {exc}",
+            hint="pass --kubeconfig/--context or set $KUBECONFIG; `ectl doctor` checks access",
+            exit_code=EXIT_UNREACHABLE,
+        ) from exc
+    # Fail fast when the API server is down instead of retrying for minutes.
+    api.configuration.retries = 0
+    return api
+
+
+def kube_error(exc: Exception, what: str) -> EctlError:
+    """A kubernetes-client failure as one line (unreachable, forbidden, or the API's reason)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        reason = exc.reason or ""
+        try:
+            reason = json.loads(exc.body).get("message", reason)
+        except Exception:
+            pass
+        hint = "check RBAC for your user (`ectl doctor`)" if exc.status == 403 else None
+        return EctlError(f"{what}: HTTP {exc.status} {reason}", hint=hint)
+    return EctlError(
+        f"{what}: Kubernetes cluster unreachable ({_short(exc)})",
+        hint="check --kubeconfig/--context, then run `ectl doctor`",
+        exit_code=EXIT_UNREACHABLE,
+    )
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    reason = getattr(exc, "reason", None)
+    if reason is not None and str(reason):
+        text = str(reason).splitlines()
+    line = text[-1] if text else type(exc).__name__
+    errno = re.search(r"\[Errno -?\d+\] ([^)'\"]+)", line)
+    if errno:
+        return errno.group(1).strip()
+    if "timed out" in line.lower():
+        return "timed out"
+    return line if len(line) < 200 else line[:197] + "..."
+
+
+REQUEST_TIMEOUT = 10
+"""Seconds for one Kubernetes API call from the CLI."""

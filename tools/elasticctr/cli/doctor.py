@@ -1,0 +1,324 @@
+"""`ectl doctor`: can this machine deploy ElasticCTR? Each failing check comes with a fix.
+
+Checks run in order and later ones are skipped (not failed) when what they need is
+missing, so the first red line is the one to fix. Read-only: it never changes the cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from elasticctr.cli import _common as common
+from elasticctr.cli._common import (
+    CONTEXT_OPTION,
+    HELM_OPTION,
+    KUBECONFIG_OPTION,
+    NAMESPACE_OPTION,
+    REQUEST_TIMEOUT,
+    OutputFormat,
+    Target,
+    console,
+)
+from elasticctr.constants import DEFAULT_RELEASE, ENV_HELM
+from elasticctr.errors import EctlError
+
+MIN_HELM = (3, 8)
+VOLCANO_CRDS = (
+    "jobs.batch.volcano.sh",
+    "podgroups.scheduling.volcano.sh",
+    "queues.scheduling.volcano.sh",
+)
+DEFAULT_CLASS_ANNOTATIONS = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+# (group, resource, verb) the chart's objects need in the release namespace.
+NEEDED_PERMISSIONS = (
+    ("apps", "deployments", "create"),
+    ("apps", "statefulsets", "create"),
+    ("", "services", "create"),
+    ("", "configmaps", "create"),
+    ("", "secrets", "create"),
+    ("", "persistentvolumeclaims", "create"),
+    ("batch.volcano.sh", "jobs", "create"),
+    ("", "pods", "list"),
+    ("", "pods/log", "get"),
+    ("", "pods/portforward", "create"),
+    ("", "services/proxy", "get"),
+)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | fail | skip | warn
+    detail: str
+    fix: str = ""
+
+
+def _helm_check(helm: str | None) -> Check:
+    try:
+        binary = common.find_helm(helm)
+    except EctlError as exc:
+        return Check(
+            "helm",
+            "fail",
+            exc.message,
+            f"run `make tools` then `source scripts/tools-env.sh`, or set ${ENV_HELM}",
+        )
+    try:
+        out = subprocess.run(
+            [binary, "version", "--template", "{{ .Version }}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("helm", "fail", f"{binary} does not run: {exc}", "reinstall: `make tools`")
+    version = out.stdout.strip()
+    try:
+        major, minor = (int(p) for p in version.lstrip("v").split(".")[:2])
+    except ValueError:
+        return Check("helm", "fail", f"{binary}: unreadable version {version!r}", "`make tools`")
+    if (major, minor) < MIN_HELM:
+        return Check(
+            "helm",
+            "fail",
+            f"{binary} is {version}; need >= v{MIN_HELM[0]}.{MIN_HELM[1]}",
+            "run `make tools` (builds the pinned helm into .tools/bin)",
+        )
+    return Check("helm", "ok", f"{version} ({binary})")
+
+
+def run_checks(target: Target, release: str) -> list[Check]:
+    """Every check, in order; needs-the-cluster checks are skipped when it is unreachable."""
+    from kubernetes import client
+
+    checks = [_helm_check(target.helm)]
+    try:
+        api = common.kube_api_client(target)
+    except EctlError as exc:
+        checks.append(
+            Check(
+                "kubeconfig",
+                "fail",
+                exc.message,
+                "point --kubeconfig / $KUBECONFIG at your cluster's kubeconfig "
+                "(e.g. the file your cluster admin gave you), or pick one with --context",
+            )
+        )
+        return checks + _skipped("no kubeconfig")
+    host = api.configuration.host
+    checks.append(Check("kubeconfig", "ok", f"API server {host}"))
+    try:
+        info = client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT)
+        checks.append(Check("cluster reachable", "ok", f"Kubernetes {info.git_version} at {host}"))
+    except Exception as exc:
+        err = common.kube_error(exc, "cannot reach the API server")
+        checks.append(
+            Check(
+                "cluster reachable",
+                "fail",
+                f"{host}: {err.message}",
+                "start the cluster or VPN, check the server address and context "
+                "(`kubectl cluster-info`), then rerun `ectl doctor`",
+            )
+        )
+        api.close()
+        return checks + _skipped("cluster unreachable")
+    namespace = target.resolved_namespace()
+    try:
+        checks += [
+            _volcano_crds(api),
+            _volcano_scheduler(api),
+            _storage_class(api),
+            _permissions(api, namespace),
+        ]
+    finally:
+        api.close()
+    return checks
+
+
+def _skipped(reason: str) -> list[Check]:
+    names = ("Volcano CRDs", "Volcano scheduler", "default StorageClass", "permissions")
+    return [Check(name, "skip", f"skipped: {reason}") for name in names]
+
+
+def _volcano_crds(api) -> Check:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    missing = []
+    for name in VOLCANO_CRDS:
+        try:
+            ext.read_custom_resource_definition(name, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                missing.append(name)
+                continue
+            return Check("Volcano CRDs", "fail", common.kube_error(exc, name).message, _RBAC_FIX)
+    if missing:
+        return Check(
+            "Volcano CRDs",
+            "fail",
+            "missing: " + ", ".join(missing),
+            "install Volcano into the cluster (its Helm chart volcano-sh/volcano, namespace "
+            "volcano-system); the trainer runs as a Volcano Job",
+        )
+    return Check("Volcano CRDs", "ok", ", ".join(VOLCANO_CRDS))
+
+
+def _volcano_scheduler(api) -> Check:
+    from kubernetes import client
+
+    try:
+        deployments = client.AppsV1Api(api).list_deployment_for_all_namespaces(
+            field_selector="metadata.name=volcano-scheduler", _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        return Check(
+            "Volcano scheduler",
+            "fail",
+            common.kube_error(exc, "list deployments").message,
+            _RBAC_FIX,
+        )
+    if not deployments.items:
+        return Check(
+            "Volcano scheduler",
+            "fail",
+            "no volcano-scheduler Deployment in any namespace",
+            "install Volcano (chart volcano-sh/volcano); without its scheduler Volcano Jobs "
+            "stay Pending",
+        )
+    dep = deployments.items[0]
+    ready = dep.status.ready_replicas or 0
+    if ready < 1:
+        return Check(
+            "Volcano scheduler",
+            "fail",
+            f"{dep.metadata.namespace}/volcano-scheduler has no ready replica",
+            f"kubectl -n {dep.metadata.namespace} describe deploy volcano-scheduler",
+        )
+    return Check("Volcano scheduler", "ok", f"{dep.metadata.namespace}/volcano-scheduler ready")
+
+
+def _storage_class(api) -> Check:
+    from kubernetes import client
+
+    try:
+        classes = client.StorageV1Api(api).list_storage_class(_request_timeout=REQUEST_TIMEOUT)
+    except Exception as exc:
+        return Check(
+            "default StorageClass", "fail", common.kube_error(exc, "list").message, _RBAC_FIX
+        )
+    default = [
+        sc.metadata.name
+        for sc in classes.items
+        if any((sc.metadata.annotations or {}).get(a) == "true" for a in DEFAULT_CLASS_ANNOTATIONS)
+    ]
+    if not default:
+        names = ", ".join(sc.metadata.name for sc in classes.items) or "none"
+        return Check(
+            "default StorageClass",
+            "fail",
+            f"no default StorageClass (classes: {names})",
+            "mark one default: kubectl patch storageclass NAME -p "
+            '\'{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":'
+            '"true"}}}\', or set the storageClass of fileserver/mlflow persistence in values',
+        )
+    return Check("default StorageClass", "ok", ", ".join(default))
+
+
+def _permissions(api, namespace: str) -> Check:
+    from kubernetes import client
+
+    auth = client.AuthorizationV1Api(api)
+    denied = []
+    for group, resource, verb in NEEDED_PERMISSIONS:
+        sub = None
+        if "/" in resource:
+            resource, sub = resource.split("/", 1)
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=namespace,
+                    group=group,
+                    resource=resource,
+                    subresource=sub,
+                    verb=verb,
+                )
+            )
+        )
+        try:
+            result = auth.create_self_subject_access_review(
+                review, _request_timeout=REQUEST_TIMEOUT
+            )
+        except Exception as exc:
+            return Check(
+                "permissions", "fail", common.kube_error(exc, "access review").message, _RBAC_FIX
+            )
+        if not result.status.allowed:
+            full = f"{resource}/{sub}" if sub else resource
+            denied.append(f"{verb} {full}" + (f".{group}" if group else ""))
+    if denied:
+        return Check(
+            "permissions",
+            "fail",
+            f"in namespace {namespace} you may not: " + ", ".join(denied),
+            f"ask a cluster admin for a Role/RoleBinding in {namespace} granting these verbs, "
+            "or use a namespace where you have them (--namespace)",
+        )
+    return Check("permissions", "ok", f"all {len(NEEDED_PERMISSIONS)} needed in {namespace}")
+
+
+_RBAC_FIX = "your user may lack read access to cluster-scoped objects; ask a cluster admin"
+
+
+def doctor(
+    namespace: str | None = NAMESPACE_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Check helm, cluster access, Volcano, storage and permissions; print a fix per failure.
+
+    Exits 0 when every check passes, 4 when one fails (details in the table).
+
+    Examples:
+
+      ectl doctor
+
+      ectl doctor --context staging -n ctr -o json
+    """
+    target = Target(DEFAULT_RELEASE, namespace, kubeconfig, context, helm)
+    checks = run_checks(target, DEFAULT_RELEASE)
+    ok = all(c.status in ("ok", "warn") for c in checks)
+    if output is OutputFormat.json:
+        common.print_json({"ok": ok, "checks": [asdict(c) for c in checks]})
+    else:
+        table = Table(title="ectl doctor")
+        for column in ("check", "result", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        style = {"ok": "green", "fail": "red", "skip": "dim", "warn": "yellow"}
+        for c in checks:
+            table.add_row(c.name, Text(c.status, style=style[c.status]), c.detail, c.fix)
+        console.print(table)
+        console.print(
+            "[green]ready to deploy[/green]"
+            if ok
+            else "[red]not ready[/red]: fix the first failing check and rerun `ectl doctor`"
+        )
+    if not ok:
+        raise typer.Exit(common.EXIT_CHECKS_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

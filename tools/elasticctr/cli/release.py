@@ -1,0 +1,652 @@
+"""`ectl install | upgrade | uninstall | rollback | history | template`: Helm releases.
+
+Everything goes through pyhelm3 (which shells out to the real helm). Values are validated
+by `elasticctr.values` before anything reaches the cluster, and `--dry-run` shows what would
+change as a per-resource diff of rendered manifests against the release's current ones.
+This module owns release lifecycle only; reading cluster state is `status.py`'s job.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.table import Table
+from rich.text import Text
+
+from elasticctr.cli import _common as common
+from elasticctr.cli._common import (
+    CONTEXT_OPTION,
+    HELM_OPTION,
+    KUBECONFIG_OPTION,
+    NAMESPACE_OPTION,
+    RELEASE_OPTION,
+    OutputFormat,
+    Target,
+    console,
+)
+from elasticctr.cli._values import load_user_values
+from elasticctr.constants import ENV_CHART_DIR, chart_dir
+from elasticctr.errors import EctlError
+
+VALUES_OPTION = typer.Option(
+    None,
+    "--values",
+    "-f",
+    help="Values file (repeatable; later files override earlier ones, like helm -f).",
+)
+CHART_OPTION = typer.Option(
+    None, "--chart", help=f"Chart directory (default: ${ENV_CHART_DIR} or charts/elasticctr)."
+)
+TIMEOUT_OPTION = typer.Option("10m", "--timeout", help="How long helm waits (Go duration).")
+WAIT_OPTION = typer.Option(
+    False, "--wait/--no-wait", help="Wait until pods are ready and hook Jobs finished."
+)
+
+
+# --- manifest diff ----------------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    """One resource that a release operation would create, delete or modify."""
+
+    action: str  # create | delete | change
+    kind: str
+    name: str
+    namespace: str
+    diff: str
+
+    @property
+    def added(self) -> int:
+        return sum(
+            1 for ln in self.diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+        )
+
+    @property
+    def removed(self) -> int:
+        return sum(
+            1 for ln in self.diff.splitlines() if ln.startswith("-") and not ln.startswith("---")
+        )
+
+
+def _key(doc: dict[str, Any], default_namespace: str) -> tuple[str, str, str]:
+    meta = doc.get("metadata") or {}
+    return (
+        str(doc.get("kind", "?")),
+        str(meta.get("namespace") or default_namespace),
+        str(meta.get("name", "?")),
+    )
+
+
+def _dump(doc: dict[str, Any] | None) -> list[str]:
+    if doc is None:
+        return []
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False).splitlines(True)
+
+
+def diff_manifests(
+    current: list[dict[str, Any]], proposed: list[dict[str, Any]], namespace: str
+) -> list[Change]:
+    """Per-resource unified diffs between two sets of manifests (order-insensitive)."""
+    old = {_key(d, namespace): d for d in current if isinstance(d, dict)}
+    new = {_key(d, namespace): d for d in proposed if isinstance(d, dict)}
+    changes: list[Change] = []
+    for key in sorted(old.keys() | new.keys()):
+        kind, ns, name = key
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        label = f"{kind}/{name}"
+        text = "".join(
+            difflib.unified_diff(
+                _dump(before),
+                _dump(after),
+                fromfile=f"current {label}" if before is not None else "/dev/null",
+                tofile=f"proposed {label}" if after is not None else "/dev/null",
+            )
+        )
+        action = "create" if before is None else "delete" if after is None else "change"
+        changes.append(Change(action, kind, name, ns, text))
+    return changes
+
+
+def _print_changes(
+    changes: list[Change], *, release: str, output: OutputFormat, verb: str, show_diff: bool
+) -> None:
+    if output is OutputFormat.json:
+        common.print_json(
+            {
+                "release": release,
+                "operation": verb,
+                "dryRun": True,
+                "changes": [asdict(c) | {"added": c.added, "removed": c.removed} for c in changes],
+            }
+        )
+        return
+    if not changes:
+        console.print(f"[green]{verb} {release}: no changes[/green]")
+        return
+    table = Table(title=f"{verb} {release} (dry run): {len(changes)} resource(s) would change")
+    for column in ("action", "kind", "name", "namespace", "+lines", "-lines"):
+        table.add_column(column)
+    colour = {"create": "green", "delete": "red", "change": "yellow"}
+    for c in changes:
+        table.add_row(
+            Text(c.action, style=colour[c.action]),
+            c.kind,
+            c.name,
+            c.namespace,
+            str(c.added),
+            str(c.removed),
+        )
+    console.print(table)
+    if show_diff:
+        for c in changes:
+            for line in c.diff.splitlines():
+                style = (
+                    "bold"
+                    if line.startswith(("---", "+++"))
+                    else "green"
+                    if line.startswith("+")
+                    else "red"
+                    if line.startswith("-")
+                    else "cyan"
+                    if line.startswith("@@")
+                    else None
+                )
+                console.print(Text(line, style=style or ""))
+
+
+# --- helm operations ---------------------------------------------------------------------
+
+
+def _chart_path(chart: Path | None) -> Path:
+    path = chart or chart_dir()
+    if not (path / "Chart.yaml").is_file():
+        raise EctlError(
+            f"no chart at {path} (Chart.yaml missing)",
+            hint=f"pass --chart DIR or set ${ENV_CHART_DIR}",
+        )
+    return path
+
+
+async def _get_chart(client, path: Path):
+    try:
+        return await client.get_chart(path)
+    except Exception as exc:
+        raise common.helm_error(exc, f"cannot read chart {path}") from exc
+
+
+async def render(
+    client, chart_path: Path, release: str, values: dict[str, Any], namespace: str, upgrade: bool
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart with one merged values dict (offline, no cluster)."""
+    chart = await _get_chart(client, chart_path)
+    try:
+        docs = await client.template_resources(
+            chart, release, values, namespace=namespace, is_upgrade=upgrade
+        )
+        return [d for d in docs if isinstance(d, dict)]
+    except Exception as exc:
+        raise common.helm_error(exc, "helm template failed") from exc
+
+
+async def current_manifests(
+    client, release: str, namespace: str, revision: int | None = None
+) -> list[dict[str, Any]] | None:
+    """The release's deployed manifests (`helm get manifest`), or None if no such release."""
+    from pyhelm3 import errors as helm_errors
+
+    try:
+        docs = await client._command.get_resources(release, namespace=namespace, revision=revision)
+        return [d for d in docs if isinstance(d, dict)]
+    except helm_errors.ReleaseNotFoundError:
+        return None
+    except Exception as exc:
+        raise common.helm_error(exc, f"cannot read release {release}") from exc
+
+
+async def release_exists(client, release: str, namespace: str) -> bool:
+    from pyhelm3 import errors as helm_errors
+
+    try:
+        await client.get_current_revision(release, namespace=namespace)
+        return True
+    except helm_errors.ReleaseNotFoundError:
+        return False
+    except Exception as exc:
+        raise common.helm_error(exc, f"cannot read release {release}") from exc
+
+
+def _target(release, namespace, kubeconfig, context, helm) -> Target:
+    return Target(release, namespace, kubeconfig, context, helm)
+
+
+def _deploy(
+    verb: str,
+    target: Target,
+    files: list[Path] | None,
+    chart: Path | None,
+    *,
+    dry_run: bool,
+    wait: bool,
+    timeout: str,
+    atomic: bool,
+    create_namespace: bool,
+    output: OutputFormat,
+    show_diff: bool,
+) -> None:
+    values = load_user_values(files or [])
+    chart_path = _chart_path(chart)
+    namespace = target.resolved_namespace()
+    client = common.helm_client(target)
+
+    async def go() -> None:
+        if dry_run:
+            proposed = await render(
+                client, chart_path, target.release, values, namespace, upgrade=verb == "upgrade"
+            )
+            current = await current_manifests(client, target.release, namespace)
+            if verb == "upgrade" and current is None:
+                raise EctlError(
+                    f"release {target.release} not found in namespace {namespace}",
+                    hint="use `ectl install` for a new release",
+                )
+            changes = diff_manifests(current or [], proposed, namespace)
+            _print_changes(
+                changes,
+                release=target.release,
+                output=output,
+                verb=verb,
+                show_diff=show_diff,
+            )
+            return
+        exists = await release_exists(client, target.release, namespace)
+        if verb == "install" and exists:
+            raise EctlError(
+                f"release {target.release} already exists in namespace {namespace}",
+                hint="use `ectl upgrade` to change it, or --release for a second one",
+            )
+        if verb == "upgrade" and not exists:
+            raise EctlError(
+                f"release {target.release} not found in namespace {namespace}",
+                hint="use `ectl install` for a new release",
+            )
+        helm_chart = await _get_chart(client, chart_path)
+        try:
+            revision = await client.install_or_upgrade_release(
+                target.release,
+                helm_chart,
+                values,
+                atomic=atomic,
+                create_namespace=create_namespace,
+                namespace=namespace,
+                timeout=timeout,
+                wait=wait,
+            )
+        except Exception as exc:
+            raise common.helm_error(exc, f"{verb} {target.release} failed") from exc
+        result = {
+            "release": target.release,
+            "namespace": namespace,
+            "revision": revision.revision,
+            "status": revision.status.value,
+            "notes": revision.notes or "",
+        }
+        if output is OutputFormat.json:
+            common.print_json(result)
+            return
+        console.print(
+            f"[green]{verb}ed[/green] {target.release} in {namespace}: revision "
+            f"{revision.revision}, {revision.status.value}"
+        )
+        if revision.notes:
+            console.print(revision.notes, markup=False, highlight=False)
+        console.print("Next: `ectl status` shows training and serving progress.")
+
+    common.run(go())
+
+
+def install(
+    files: list[Path] | None = VALUES_OPTION,
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    chart: Path | None = CHART_OPTION,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Validate, render and show what would be created; change nothing."
+    ),
+    show_diff: bool = typer.Option(True, "--diff/--no-diff", help="With --dry-run: full diffs."),
+    wait: bool = WAIT_OPTION,
+    timeout: str = TIMEOUT_OPTION,
+    atomic: bool = typer.Option(
+        False, "--atomic/--no-atomic", help="Uninstall again if the install fails (implies wait)."
+    ),
+    create_namespace: bool = typer.Option(
+        True, "--create-namespace/--no-create-namespace", help="Create the namespace if missing."
+    ),
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Validate the values, then install a new release of the chart (ElasticCTR's -a).
+
+    Examples:
+
+      ectl install -f values.yaml
+
+      ectl install -f values.yaml --dry-run          # what would be created
+
+      ectl install -f base.yaml -f prod.yaml -n ctr --wait --timeout 15m
+    """
+    _deploy(
+        "install",
+        _target(release, namespace, kubeconfig, context, helm),
+        files,
+        chart,
+        dry_run=dry_run,
+        wait=wait,
+        timeout=timeout,
+        atomic=atomic,
+        create_namespace=create_namespace,
+        output=output,
+        show_diff=show_diff,
+    )
+
+
+def upgrade(
+    files: list[Path] | None = VALUES_OPTION,
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    chart: Path | None = CHART_OPTION,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Show a per-resource diff against the running release."
+    ),
+    show_diff: bool = typer.Option(True, "--diff/--no-diff", help="With --dry-run: full diffs."),
+    wait: bool = WAIT_OPTION,
+    timeout: str = TIMEOUT_OPTION,
+    atomic: bool = typer.Option(
+        True,
+        "--atomic/--no-atomic",
+        help="Roll back automatically when the upgrade fails (default on; implies wait).",
+    ),
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Validate the values, then upgrade the running release (rolls back if it fails).
+
+    The values files replace the release's previous values (nothing is reused silently),
+    so pass the same files you installed with, changed.
+
+    Examples:
+
+      ectl upgrade -f values.yaml --dry-run          # diff against the running release
+
+      ectl upgrade -f values.yaml --timeout 20m
+    """
+    _deploy(
+        "upgrade",
+        _target(release, namespace, kubeconfig, context, helm),
+        files,
+        chart,
+        dry_run=dry_run,
+        wait=wait,
+        timeout=timeout,
+        atomic=atomic,
+        create_namespace=False,
+        output=output,
+        show_diff=show_diff,
+    )
+
+
+def uninstall(
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be deleted."),
+    keep_history: bool = typer.Option(
+        False, "--keep-history", help="Keep the release record so `ectl rollback` can restore it."
+    ),
+    wait: bool = WAIT_OPTION,
+    timeout: str = TIMEOUT_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Delete a release and its resources (PersistentVolumeClaims of StatefulSets stay).
+
+    Examples:
+
+      ectl uninstall --dry-run
+
+      ectl uninstall -R ctr-demo -n ctr --yes
+    """
+    target = _target(release, namespace, kubeconfig, context, helm)
+    ns = target.resolved_namespace()
+    client = common.helm_client(target)
+
+    async def go() -> None:
+        current = await current_manifests(client, release, ns)
+        if current is None:
+            raise EctlError(
+                f"release {release} not found in namespace {ns}",
+                hint="`helm list -A` shows existing releases",
+            )
+        if dry_run:
+            changes = diff_manifests(current, [], ns)
+            _print_changes(
+                changes, release=release, output=output, verb="uninstall", show_diff=False
+            )
+            return
+        if not yes and not typer.confirm(
+            f"Delete release {release} in {ns} ({len(current)} resources)?"
+        ):
+            raise typer.Abort()
+        try:
+            await client.uninstall_release(
+                release, namespace=ns, keep_history=keep_history, wait=wait, timeout=timeout
+            )
+        except Exception as exc:
+            raise common.helm_error(exc, f"uninstall {release} failed") from exc
+        if output is OutputFormat.json:
+            common.print_json({"release": release, "namespace": ns, "uninstalled": True})
+        else:
+            console.print(f"[green]uninstalled[/green] {release} from {ns}")
+
+    common.run(go())
+
+
+def rollback(
+    revision: int | None = typer.Argument(
+        None, help="Revision to return to (default: the previous one; see `ectl history`)."
+    ),
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Show the per-resource diff the rollback would apply."
+    ),
+    show_diff: bool = typer.Option(True, "--diff/--no-diff", help="With --dry-run: full diffs."),
+    wait: bool = WAIT_OPTION,
+    timeout: str = TIMEOUT_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Return the release to an earlier revision (helm rollback).
+
+    Model versions are rolled back separately (cube/serving keep earlier versions);
+    this restores the Kubernetes objects and values of a revision.
+
+    Examples:
+
+      ectl history
+
+      ectl rollback --dry-run
+
+      ectl rollback 3 --wait
+    """
+    from pyhelm3.models import Release
+
+    target = _target(release, namespace, kubeconfig, context, helm)
+    ns = target.resolved_namespace()
+    client = common.helm_client(target)
+
+    async def go() -> None:
+        current = await current_manifests(client, release, ns)
+        if current is None:
+            raise EctlError(
+                f"release {release} not found in namespace {ns}",
+                hint="`helm list -A` shows existing releases",
+            )
+        handle = Release(client._command, name=release, namespace=ns)
+        goal = revision
+        if goal is None:
+            try:
+                revisions = sorted(r.revision for r in await handle.history())
+                now = (await handle.current_revision()).revision
+            except Exception as exc:
+                raise common.helm_error(exc, f"cannot read history of {release}") from exc
+            earlier = [r for r in revisions if r < now]
+            if not earlier:
+                raise EctlError(f"release {release} has no revision before {now} to roll back to")
+            goal = earlier[-1]
+        if dry_run:
+            target_docs = await current_manifests(client, release, ns, revision=goal)
+            if target_docs is None:
+                raise EctlError(
+                    f"release {release} has no revision {goal}", hint="see `ectl history`"
+                )
+            _print_changes(
+                diff_manifests(current, target_docs, ns),
+                release=release,
+                output=output,
+                verb=f"rollback to {goal}",
+                show_diff=show_diff,
+            )
+            return
+        try:
+            result = await handle.rollback(goal, wait=wait, timeout=timeout, cleanup_on_fail=True)
+        except Exception as exc:
+            raise common.helm_error(exc, f"rollback of {release} failed") from exc
+        data = {
+            "release": release,
+            "namespace": ns,
+            "revision": result.revision,
+            "rolledBackTo": goal,
+            "status": result.status.value,
+        }
+        if output is OutputFormat.json:
+            common.print_json(data)
+        else:
+            console.print(
+                f"[green]rolled back[/green] {release} to revision {goal} "
+                f"(new revision {result.revision}, {result.status.value})"
+            )
+
+    common.run(go())
+
+
+def history(
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """List a release's revisions (what `ectl rollback REVISION` can return to).
+
+    Examples:
+
+      ectl history
+
+      ectl history -R ctr-demo -o json
+    """
+    from pyhelm3.models import Release
+
+    target = _target(release, namespace, kubeconfig, context, helm)
+    ns = target.resolved_namespace()
+    client = common.helm_client(target)
+
+    async def go() -> list[dict[str, Any]]:
+        handle = Release(client._command, name=release, namespace=ns)
+        try:
+            return [
+                {
+                    "revision": r.revision,
+                    "updated": r.updated.isoformat(),
+                    "status": r.status.value,
+                    "description": r.description or "",
+                }
+                for r in await handle.history()
+            ]
+        except Exception as exc:
+            raise common.helm_error(exc, f"cannot read history of {release}") from exc
+
+    rows = common.run(go())
+    if output is OutputFormat.json:
+        common.print_json({"release": release, "namespace": ns, "revisions": rows})
+        return
+    table = Table(title=f"{release} in {ns}")
+    for column in ("revision", "updated", "status", "description"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(str(r["revision"]), r["updated"], r["status"], r["description"])
+    console.print(table)
+
+
+def _template_output(value: str) -> str:
+    if value not in ("yaml", "json"):
+        raise typer.BadParameter("choose yaml or json")
+    return value
+
+
+def template(
+    files: list[Path] | None = VALUES_OPTION,
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    chart: Path | None = CHART_OPTION,
+    output: str = typer.Option(
+        "yaml",
+        "--output",
+        "-o",
+        callback=_template_output,
+        help="yaml (manifests) or json (a list of resources).",
+    ),
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Validate the values and print the rendered manifests (offline, no cluster needed).
+
+    Examples:
+
+      ectl template -f values.yaml > manifests.yaml
+
+      ectl template -f values.yaml -o json | jq '.[].kind'
+    """
+    values = load_user_values(files or [])
+    chart_path = _chart_path(chart)
+    ns = namespace or "default"
+    client = common.helm_client(Target(release, ns, None, None, helm))
+    docs = common.run(render(client, chart_path, release, values, ns, upgrade=False))
+    if output == "json":
+        common.print_json(docs)
+    else:
+        typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install")(install)
+    app.command("upgrade")(upgrade)
+    app.command("uninstall")(uninstall)
+    app.command("rollback")(rollback)
+    app.command("history")(history)
+    app.command("template")(template)

@@ -1,0 +1,443 @@
+"""`ectl status` and `ectl logs`: where a release stands, read through the Kubernetes API.
+
+Release facts come from helm (pyhelm3); everything else from the kubernetes client:
+Volcano Job phase, task pods, and the release's own services reached through the API
+server's service proxy (coordinator progress, newest model version on the fileserver,
+committed cube version, serving readiness). Read-only: nothing here changes the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from elasticctr.cli import _common as common
+from elasticctr.cli._common import (
+    CONTEXT_OPTION,
+    HELM_OPTION,
+    KUBECONFIG_OPTION,
+    NAMESPACE_OPTION,
+    RELEASE_OPTION,
+    REQUEST_TIMEOUT,
+    OutputFormat,
+    Target,
+    console,
+)
+from elasticctr.errors import EctlError
+
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+VOLCANO_TASK_LABEL = "volcano.sh/task-spec"
+VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+
+COMPONENTS = ("trainer", "pserver", "coordinator", "fileserver", "cube-transfer", "serving")
+"""What `ectl logs` accepts (ElasticCTR's -l); `cube` and `mlflow` work too."""
+EXTRA_COMPONENTS = ("cube", "mlflow")
+
+# HTTP paths of the release's own services, read through the API server's service proxy.
+COORDINATOR_PROGRESS_PATH = "v1/progress"
+FILESERVER_VERSIONS_PATH = "versions/"
+CUBE_TRANSFER_STATUS_PATH = "status"
+SERVING_READY_PATH = "readyz"
+
+
+def _pod_component(pod) -> str:
+    labels = pod.metadata.labels or {}
+    return labels.get(COMPONENT_LABEL) or labels.get(VOLCANO_TASK_LABEL) or "?"
+
+
+def _pod_row(pod) -> dict[str, Any]:
+    statuses = pod.status.container_statuses or []
+    return {
+        "name": pod.metadata.name,
+        "component": _pod_component(pod),
+        "phase": pod.status.phase,
+        "ready": f"{sum(1 for s in statuses if s.ready)}/{len(pod.spec.containers)}",
+        "restarts": sum(s.restart_count for s in statuses),
+        "node": pod.spec.node_name or "",
+    }
+
+
+def _proxy_get(core, namespace: str, service, path: str) -> Any:
+    """GET a path of a release Service through the API server; JSON if it parses."""
+    port = service.spec.ports[0].port
+    name = f"{service.metadata.name}:{port}"
+    raw = core.connect_get_namespaced_service_proxy_with_path(
+        name, namespace, path, _request_timeout=REQUEST_TIMEOUT, _preload_content=False
+    )
+    text = raw.data.decode(errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _newest_version(core, namespace: str, service) -> str | None:
+    """Newest `YYYYMMDD/HH` under versions/ that has its donefile (the contract's rule)."""
+    days = _proxy_get(core, namespace, service, FILESERVER_VERSIONS_PATH)
+    if not isinstance(days, dict):
+        return None
+    for day in sorted((e["name"].strip("/") for e in days.get("entries", [])), reverse=True):
+        hours = _proxy_get(core, namespace, service, f"{FILESERVER_VERSIONS_PATH}{day}/")
+        if not isinstance(hours, dict):
+            continue
+        for hour in sorted((e["name"].strip("/") for e in hours.get("entries", [])), reverse=True):
+            files = _proxy_get(core, namespace, service, f"{FILESERVER_VERSIONS_PATH}{day}/{hour}/")
+            if isinstance(files, dict) and any(
+                e["name"] == "donefile" for e in files.get("entries", [])
+            ):
+                return f"{day}/{hour}"
+    return None
+
+
+def _try(what: str, fn, *args) -> Any:
+    """A service that is not up yet is a state to show, not an error to stop at."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return {"unavailable": f"{what}: {common.kube_error(exc, what).message}"}
+
+
+def collect_status(target: Target) -> dict[str, Any]:
+    """Everything `ectl status` shows, as one JSON-able dict."""
+    from kubernetes import client
+    from pyhelm3 import errors as helm_errors
+
+    namespace = target.resolved_namespace()
+    helm = common.helm_client(target)
+    try:
+        revision = common.run(helm.get_current_revision(target.release, namespace=namespace))
+    except helm_errors.ReleaseNotFoundError as exc:
+        raise EctlError(
+            f"release {target.release} not found in namespace {namespace}",
+            hint="`ectl install -f values.yaml` creates it; `helm list -A` lists releases",
+        ) from exc
+    except Exception as exc:
+        raise common.helm_error(exc, "cannot read the release") from exc
+    chart = revision.chart_metadata_
+    status: dict[str, Any] = {
+        "release": {
+            "name": target.release,
+            "namespace": namespace,
+            "revision": revision.revision,
+            "status": revision.status.value,
+            "updated": revision.updated.isoformat(),
+            "chart": f"{chart.name}-{chart.version}" if chart else "",
+        }
+    }
+    api = common.kube_api_client(target)
+    try:
+        core = client.CoreV1Api(api)
+        selector = f"{INSTANCE_LABEL}={target.release}"
+        try:
+            pods = core.list_namespaced_pod(
+                namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+            ).items
+            services = core.list_namespaced_service(
+                namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+            ).items
+        except Exception as exc:
+            raise common.kube_error(exc, "cannot list pods") from exc
+        status["pods"] = sorted((_pod_row(p) for p in pods), key=lambda r: r["name"])
+        status["jobs"] = _volcano_jobs(api, namespace, selector)
+        by_component = {
+            (s.metadata.labels or {}).get(COMPONENT_LABEL): s for s in services if s.spec.ports
+        }
+        status["coordinator"] = (
+            _try(
+                "coordinator",
+                _proxy_get,
+                core,
+                namespace,
+                by_component["coordinator"],
+                COORDINATOR_PROGRESS_PATH,
+            )
+            if "coordinator" in by_component
+            else {"unavailable": "no coordinator service"}
+        )
+        status["model"] = {
+            "newestVersion": _try(
+                "fileserver", _newest_version, core, namespace, by_component["fileserver"]
+            )
+            if "fileserver" in by_component
+            else {"unavailable": "no fileserver service (model store elsewhere)"},
+            "cube": _try(
+                "cube-transfer",
+                _proxy_get,
+                core,
+                namespace,
+                by_component["cube-transfer"],
+                CUBE_TRANSFER_STATUS_PATH,
+            )
+            if "cube-transfer" in by_component
+            else {"unavailable": "no cube-transfer service"},
+        }
+        status["serving"] = _serving(api, namespace, selector)
+        mlflow = by_component.get("mlflow")
+        status["mlflow"] = (
+            {
+                "url": f"http://{mlflow.metadata.name}.{namespace}.svc:{mlflow.spec.ports[0].port}",
+                "portForward": f"kubectl -n {namespace} port-forward "
+                f"svc/{mlflow.metadata.name} 5000:{mlflow.spec.ports[0].port}",
+            }
+            if mlflow
+            else {"unavailable": "mlflow disabled (or external: see global.mlflow.trackingUri)"}
+        )
+    finally:
+        api.close()
+    return status
+
+
+def _volcano_jobs(api, namespace: str, selector: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    try:
+        jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            *VOLCANO[:2],
+            namespace,
+            VOLCANO[2],
+            label_selector=selector,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+    except Exception as exc:
+        return [{"unavailable": common.kube_error(exc, "Volcano jobs").message}]
+    rows = []
+    for job in jobs.get("items", []):
+        st = job.get("status", {})
+        rows.append(
+            {
+                "name": job["metadata"]["name"],
+                "phase": st.get("state", {}).get("phase", "Unknown"),
+                "running": st.get("running", 0),
+                "pending": st.get("pending", 0),
+                "succeeded": st.get("succeeded", 0),
+                "failed": st.get("failed", 0),
+                "retryCount": st.get("retryCount", 0),
+                "tasks": {
+                    task: sum(counts.get("phase", {}).values())
+                    for task, counts in (st.get("taskStatusCount") or {}).items()
+                },
+            }
+        )
+    return rows
+
+
+def _serving(api, namespace: str, selector: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    try:
+        deps = (
+            client.AppsV1Api(api)
+            .list_namespaced_deployment(
+                namespace,
+                label_selector=f"{selector},{COMPONENT_LABEL}=serving",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            .items
+        )
+    except Exception as exc:
+        return {"unavailable": common.kube_error(exc, "serving").message}
+    if not deps:
+        return {"unavailable": "no serving Deployment"}
+    dep = deps[0]
+    ready = dep.status.ready_replicas or 0
+    return {
+        "deployment": dep.metadata.name,
+        "ready": ready,
+        "replicas": dep.spec.replicas or 0,
+        "serving": ready > 0,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, dict) and "unavailable" in value:
+        return f"[dim]{value['unavailable']}[/dim]"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return "" if value is None else str(value)
+
+
+def _print_status(s: dict[str, Any]) -> None:
+    rel = s["release"]
+    summary = Table(title=f"release {rel['name']} ({rel['namespace']})", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", overflow="fold")
+    summary.add_row("helm", f"revision {rel['revision']}, {rel['status']}, {rel['chart']}")
+    for job in s["jobs"]:
+        if "unavailable" in job:
+            summary.add_row("training job", _fmt(job))
+        else:
+            summary.add_row(
+                f"job {job['name']}",
+                f"{job['phase']} (running {job['running']}, pending {job['pending']}, "
+                f"failed {job['failed']}, retries {job['retryCount']})",
+            )
+    coord = s["coordinator"]
+    if isinstance(coord, dict) and "tasks_done" in coord:
+        parts = coord.get("partitions", [])
+        exported = sum(1 for p in parts if p.get("exported"))
+        summary.add_row(
+            "coordinator",
+            f"{exported}/{len(parts)} partitions exported, tasks done {coord['tasks_done']}, "
+            f"leased {coord['tasks_leased']}, pending {coord['tasks_pending']}, "
+            f"retried {coord['tasks_retried']}, samples {coord['samples']}",
+        )
+    else:
+        summary.add_row("coordinator", _fmt(coord))
+    summary.add_row("newest model version", _fmt(s["model"]["newestVersion"]) or "none yet")
+    summary.add_row("cube", _fmt(s["model"]["cube"]))
+    serving = s["serving"]
+    summary.add_row(
+        "serving",
+        _fmt(serving)
+        if "unavailable" in serving
+        else f"{serving['ready']}/{serving['replicas']} ready",
+    )
+    summary.add_row(
+        "mlflow",
+        _fmt(s["mlflow"])
+        if "url" not in s["mlflow"]
+        else f"{s['mlflow']['url']}  (local: {s['mlflow']['portForward']})",
+    )
+    console.print(summary)
+    pods = Table(title="pods")
+    for column in ("name", "component", "phase", "ready", "restarts", "node"):
+        pods.add_column(column)
+    for p in s["pods"]:
+        pods.add_row(
+            *(str(p[c]) for c in ("name", "component", "phase", "ready", "restarts", "node"))
+        )
+    console.print(pods)
+
+
+def status(
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Show where a release stands: helm, Volcano Job, pods, training, models, serving.
+
+    Also the coordinator's progress, the newest model version, the committed cube version
+    and the MLflow URL.
+
+    Examples:
+
+      ectl status
+
+      ectl status -R ctr-demo -n ctr -o json | jq .coordinator
+    """
+    data = collect_status(Target(release, namespace, kubeconfig, context, helm))
+    if output is OutputFormat.json:
+        common.print_json(data)
+    else:
+        _print_status(data)
+
+
+def _component(value: str) -> str:
+    if value not in COMPONENTS + EXTRA_COMPONENTS:
+        raise typer.BadParameter(f"choose one of {', '.join(COMPONENTS + EXTRA_COMPONENTS)}")
+    return value
+
+
+def logs(
+    component: str = typer.Argument(
+        ...,
+        callback=_component,
+        autocompletion=lambda: list(COMPONENTS + EXTRA_COMPONENTS),
+        help=f"One of {', '.join(COMPONENTS)} (also {', '.join(EXTRA_COMPONENTS)}).",
+    ),
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    follow: bool = typer.Option(False, "--follow", "-F", help="Keep streaming new lines."),
+    tail: int = typer.Option(200, "--tail", help="Lines per pod to start from (-1 = all)."),
+    since: int | None = typer.Option(None, "--since", help="Only the last N seconds."),
+    previous: bool = typer.Option(
+        False, "--previous", help="The previous (crashed) container's logs."
+    ),
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+) -> None:
+    """Print the logs of a component's pods, each line prefixed with its pod (ElasticCTR's -l).
+
+    Examples:
+
+      ectl logs trainer
+
+      ectl logs pserver --tail 50 --follow
+
+      ectl logs cube-transfer --since 600
+    """
+    from kubernetes import client
+
+    target = Target(release, namespace, kubeconfig, context)
+    ns = target.resolved_namespace()
+    api = common.kube_api_client(target)
+    core = client.CoreV1Api(api)
+    selector = f"{INSTANCE_LABEL}={release}"
+    try:
+        pods = core.list_namespaced_pod(
+            ns, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        ).items
+    except Exception as exc:
+        api.close()
+        raise common.kube_error(exc, "cannot list pods") from exc
+    pods = sorted(
+        (p for p in pods if _pod_component(p) == component), key=lambda p: p.metadata.name
+    )
+    if not pods:
+        api.close()
+        raise EctlError(
+            f"no {component} pods for release {release} in {ns}",
+            hint="`ectl status` lists the release's pods",
+        )
+    kwargs: dict[str, Any] = {"previous": previous}
+    if tail >= 0:
+        kwargs["tail_lines"] = tail
+    if since:
+        kwargs["since_seconds"] = since
+    lock = threading.Lock()
+
+    def stream(pod) -> None:
+        name = pod.metadata.name
+        try:
+            resp = core.read_namespaced_pod_log(
+                name,
+                ns,
+                follow=follow,
+                _preload_content=False,
+                _request_timeout=None if follow else REQUEST_TIMEOUT,
+                **kwargs,
+            )
+            for raw in resp.stream() if follow else [resp.data]:
+                for line in raw.decode(errors="replace").splitlines():
+                    with lock:
+                        typer.echo(f"{name} | {line}" if len(pods) > 1 else line)
+        except Exception as exc:
+            with lock:
+                common.err_console.print(f"[yellow]{name}: {common.kube_error(exc, 'logs')}")
+
+    try:
+        if follow and len(pods) > 1:
+            threads = [threading.Thread(target=stream, args=(p,), daemon=True) for p in pods]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for p in pods:
+                stream(p)
+    finally:
+        api.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+    app.command("logs")(logs)
