@@ -67,3 +67,12 @@ ENV_CUBE_ADMIN_TOKEN = "ELASTICCTR_CUBE_ADMIN_TOKEN"
 ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
 """Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
 CUBE_PORT = 8500
+
+# --- serving --------------------------------------------------------------------------
+ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"
+"""Bearer token for the prediction API and its /admin routes (server and `ectl predict`)."""
+ENV_SERVING_URL = "ELASTICCTR_SERVING_URL"
+"""Base URL of the prediction service for `ectl predict`."""
+ENV_MODEL_STORE = "ELASTICCTR_MODEL_STORE"
+"""URL of the model store (global.modelStore): file://, http(s):// fileserver, hdfs://."""
+SERVING_PORT = 8600

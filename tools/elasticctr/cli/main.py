@@ -69,6 +69,7 @@ _VERB_MODULES: list[str] = [
     "status",
     "doctor",
     "completion",
+    "serve",
 ]
 
 

@@ -1,0 +1,463 @@
+"""The prediction service: routes, dynamic batcher, version switching, metrics.
+
+Request path: decode (with the parser of the version current at arrival) → queue →
+the batcher takes every queued request of that same version object (up to
+`max_batch_samples`) → one cube lookup of the batch's unique keys, pinned to that version
+on all shards in parallel → pool + dense forward (`Scorer`) → each request gets its
+slice of the probabilities and the version that produced them.
+
+Version switch: `POST /admin/version` (cube-transfer's notify) or the poller (cube's
+committed version, or the newest version in the store with local embeddings) loads the
+dense model of V, verified by sha256, and only then replaces `current` in one
+assignment. A batch holds its version object from decode to response, so a request is
+served entirely by one version; if cube no longer holds it, the request is decoded and
+run again on the new version (once), never mixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from elasticctr.data.parser import LineParser, SlotBatch
+from elasticctr.errors import EctlError, ValidationError
+from elasticctr.serving import store
+from elasticctr.serving.embeddings import (
+    CubeEmbeddings,
+    CubeUnavailable,
+    LocalEmbeddings,
+    VersionUnavailable,
+)
+from elasticctr.serving.http import Request, Response
+from elasticctr.serving.model import (
+    DENSE_DIR,
+    DenseModel,
+    LocalTable,
+    Scorer,
+    VersionInfo,
+    read_manifest,
+    sparse_parts,
+)
+from elasticctr.serving.samples import Limits, RequestError, decode
+
+log = logging.getLogger("elasticctr.serving")
+
+
+@dataclass
+class ServeConfig:
+    store: str
+    cube: list[str] = field(default_factory=list)  # empty = local embeddings
+    cache: Path = Path(".elasticctr/serving-cache")
+    version: str | None = None  # start on this version (else cube's committed / newest)
+    token: str | None = None
+    max_batch_samples: int = 1024
+    max_wait_ms: float = 0.0
+    max_queue_samples: int = 20000
+    max_inflight_batches: int = 2
+    poll_interval: float = 2.0
+    cube_timeout: float = 5.0
+    limits: Limits = field(default_factory=Limits)
+
+
+class ServingVersion:
+    """Everything of one version a request needs; immutable once published."""
+
+    def __init__(self, info: VersionInfo, scorer: Scorer, embeddings, loaded_at: float):
+        self.info = info
+        self.version = info.version
+        self.scorer = scorer
+        self.parser = LineParser(info.slots, info.sparse_dim)
+        self.embeddings = embeddings
+        self.loaded_at = loaded_at
+
+    async def predict(self, batch: SlotBatch) -> np.ndarray:
+        keys = Scorer.keys_of(batch)
+        rows = await self.embeddings.lookup(keys, self.version, self.info.dim)
+        return self.scorer.score(batch, keys, rows)
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter(
+            "ectl_serving_requests", "HTTP requests by route and status code.",
+            ["route", "code"], registry=r,
+        )  # fmt: skip
+        self.samples = Counter("ectl_serving_samples", "Samples predicted.", registry=r)
+        self.latency = Histogram(
+            "ectl_serving_predict_seconds", "Predict request latency (decode to response).",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5), registry=r,
+        )  # fmt: skip
+        self.batch = Histogram(
+            "ectl_serving_batch_samples", "Samples per dynamic batch.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096), registry=r,
+        )  # fmt: skip
+        self.queue = Gauge("ectl_serving_queue_samples", "Samples waiting.", registry=r)
+        self.switches = Counter(
+            "ectl_serving_version_switches", "Version switches by result.", ["result"], registry=r
+        )
+        self.version = Gauge(
+            "ectl_serving_version_info", "The version being served (value 1).", ["version"],
+            registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "ectl_serving_version_retries", "Requests re-run because cube dropped their version.",
+            registry=r,
+        )  # fmt: skip
+
+
+class _Item:
+    __slots__ = ("sv", "batch", "future")
+
+    def __init__(self, sv: ServingVersion, batch: SlotBatch, future: asyncio.Future):
+        self.sv, self.batch, self.future = sv, batch, future
+
+
+class Batcher:
+    """Gathers concurrent requests into batches of one version; runs a few at a time."""
+
+    def __init__(self, cfg: ServeConfig, metrics: Metrics):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.queue: list[_Item] = []
+        self.queued = 0
+        self.wakeup = asyncio.Event()
+        self.slots = asyncio.Semaphore(cfg.max_inflight_batches)
+        self.task: asyncio.Task | None = None
+
+    def start(self):
+        self.task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def submit(self, sv: ServingVersion, batch: SlotBatch) -> np.ndarray:
+        n = len(batch)
+        if self.queued + n > self.cfg.max_queue_samples:
+            raise RequestError(
+                503, "overloaded", f"{self.queued} samples already queued; retry shortly"
+            )
+        fut = asyncio.get_running_loop().create_future()
+        self.queue.append(_Item(sv, batch, fut))
+        self.queued += n
+        self.wakeup.set()
+        return await fut
+
+    async def _loop(self):
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            while self.queue:
+                await self.slots.acquire()
+                if self.cfg.max_wait_ms > 0 and self.queued < self.cfg.max_batch_samples:
+                    await asyncio.sleep(self.cfg.max_wait_ms / 1000)
+                items = self._take()
+                asyncio.get_running_loop().create_task(self._run(items))
+
+    def _take(self) -> list[_Item]:
+        first = self.queue[0]
+        items, total = [], 0
+        while self.queue:
+            item = self.queue[0]
+            n = len(item.batch)
+            if item.sv is not first.sv or (items and total + n > self.cfg.max_batch_samples):
+                break
+            items.append(self.queue.pop(0))
+            total += n
+        self.queued -= total
+        return items
+
+    async def _run(self, items: list[_Item]):
+        try:
+            sv = items[0].sv
+            merged = SlotBatch.concat([it.batch for it in items])
+            self.metrics.batch.observe(len(merged))
+            try:
+                probs = await sv.predict(merged)
+            except Exception as exc:  # every waiter gets the failure, the loop keeps going
+                for it in items:
+                    if not it.future.done():
+                        it.future.set_exception(exc)
+                return
+            start = 0
+            for it in items:
+                n = len(it.batch)
+                if not it.future.done():
+                    it.future.set_result(probs[start : start + n])
+                start += n
+        finally:
+            self.slots.release()
+
+
+class VersionManager:
+    """Holds the current version; loads and verifies a new one before flipping to it."""
+
+    def __init__(self, cfg: ServeConfig, metrics: Metrics):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.current: ServingVersion | None = None
+        self.cube = CubeEmbeddings(cfg.cube, cfg.cube_timeout) if cfg.cube else None
+        self.lock = asyncio.Lock()
+        self.last_error: str | None = None
+        self.failed: dict[str, float] = {}  # version -> when it failed (poller backoff)
+        self.followed: str | None = None  # the last committed version the poller acted on
+
+    def _load(self, version: str) -> ServingVersion:
+        """Blocking: fetch + verify + build the predictor (runs in a worker thread)."""
+        dense_only = self.cube is not None
+        vdir = store.fetch(self.cfg.store, version, self.cfg.cache, dense_only=dense_only)
+        info = VersionInfo.from_manifest(read_manifest(vdir), version)
+        dense = DenseModel(vdir / DENSE_DIR, len(info.slots), info.dim)
+        if self.cube is not None:
+            embeddings = self.cube
+        else:
+            parts = sparse_parts(vdir, read_manifest(vdir))
+            embeddings = LocalEmbeddings(LocalTable.from_parts(parts, info.dim))
+        sv = ServingVersion(info, Scorer(info, dense), embeddings, time.time())
+        if self.cube is not None:
+            self._probe(sv)
+        return sv
+
+    def _probe(self, sv: ServingVersion) -> None:
+        """Before flipping: cube must hold the version with the manifest's dim."""
+        loop = asyncio.new_event_loop()
+        probe = CubeEmbeddings(self.cfg.cube, self.cfg.cube_timeout)
+        try:
+            loop.run_until_complete(probe.lookup(np.zeros(1, np.uint64), sv.version, sv.info.dim))
+        finally:
+            probe.close()
+            loop.close()
+
+    async def switch(self, version: str) -> tuple[str | None, bool]:
+        """Make `version` current; returns (previous, changed). Raises on failure."""
+        store.check_version_id(version)
+        async with self.lock:
+            prev = self.current.version if self.current else None
+            if prev == version:
+                return prev, False
+            try:
+                sv = await asyncio.get_running_loop().run_in_executor(None, self._load, version)
+            except (EctlError, OSError) as exc:
+                self.metrics.switches.labels("failed").inc()
+                self.failed[version] = time.monotonic()
+                self.last_error = f"version {version}: {exc}"
+                log.error("not switching to %s: %s", version, exc)
+                raise
+            self.current = sv  # the flip: one assignment, seen by the next decode
+            self.failed.pop(version, None)
+            self.last_error = None
+            self.metrics.switches.labels("ok").inc()
+            self.metrics.version.clear()
+            self.metrics.version.labels(version).set(1)
+            log.info("serving version %s (was %s)", version, prev)
+            return prev, True
+
+    async def wanted(self) -> str | None:
+        """The version serving should be on: cube's committed one, else the store's newest."""
+        if self.cube is not None:
+            return await self.cube.committed()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, store.latest_version, self.cfg.store)
+
+    async def poll_once(self) -> None:
+        try:
+            want = await self.wanted()
+        except (EctlError, OSError) as exc:
+            self.last_error = f"cannot learn the committed version: {exc}"
+            return
+        if not want or (self.current and want in (self.current.version, self.followed)):
+            return  # a pinned start (--version) follows only later commits
+        failed_at = self.failed.get(want)
+        if failed_at is not None and time.monotonic() - failed_at < 30:
+            return  # do not reload a broken version every poll
+        try:
+            await self.switch(want)
+            self.followed = want
+        except (EctlError, OSError):
+            pass
+
+    async def poll_forever(self) -> None:
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.cfg.poll_interval)
+
+
+class ServingApp:
+    def __init__(self, cfg: ServeConfig):
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.versions = VersionManager(cfg, self.metrics)
+        self.batcher = Batcher(cfg, self.metrics)
+        self.tasks: list[asyncio.Task] = []
+        self.routes = {
+            ("POST", "/v1/predict"): self.predict,
+            ("GET", "/v1/version"): self.version,
+            ("POST", "/admin/version"): self.admin_version,
+            ("GET", "/healthz"): self.healthz,
+            ("GET", "/readyz"): self.readyz,
+            ("GET", "/metrics"): self.prometheus,
+            ("GET", "/openapi.json"): self.openapi,
+        }
+        self.paths = {p for _, p in self.routes}
+        self.protected = {"/v1/predict", "/v1/version", "/admin/version"}
+
+    async def start(self) -> None:
+        self.batcher.start()
+        loop = asyncio.get_running_loop()
+        try:
+            if self.cfg.version:
+                try:
+                    self.versions.followed = await self.versions.wanted()
+                except (EctlError, OSError):
+                    pass
+                await self.versions.switch(self.cfg.version)
+            else:
+                await self.versions.poll_once()
+        finally:
+            if self.cfg.poll_interval > 0:
+                self.tasks.append(loop.create_task(self.versions.poll_forever()))
+
+    async def handle(self, req: Request) -> Response:
+        handler = self.routes.get((req.method, req.path))
+        route = req.path if req.path in self.paths else "other"
+        if handler is None:
+            if req.path in self.paths:
+                resp = Response.error(405, "method_not_allowed", f"{req.method} {req.path}")
+            else:
+                resp = Response.error(404, "not_found", f"no route {req.path}")
+        elif req.path in self.protected and not self._authorized(req):
+            resp = Response.error(
+                401, "unauthorized", "send 'Authorization: Bearer <token>' (serving.auth)"
+            )
+            resp.headers["WWW-Authenticate"] = "Bearer"
+        else:
+            try:
+                resp = await handler(req)
+            except RequestError as exc:
+                resp = Response.json(exc.status, exc.body())
+        self.metrics.requests.labels(route, str(resp.status)).inc()
+        return resp
+
+    def _authorized(self, req: Request) -> bool:
+        if not self.cfg.token:
+            return True
+        got = req.headers.get("authorization", "")
+        return hmac.compare_digest(got.encode(), f"Bearer {self.cfg.token}".encode())
+
+    # --- routes ---------------------------------------------------------------------------
+    async def predict(self, req: Request) -> Response:
+        t0 = time.perf_counter()
+        pinned = _query_param(req.query, "version")
+        for attempt in (0, 1):
+            sv = self.versions.current
+            if sv is None:
+                raise RequestError(503, "not_ready", self._not_ready_reason())
+            if pinned and pinned != sv.version:
+                raise RequestError(
+                    409, "version_mismatch", f"serving {sv.version}, the request asked {pinned}"
+                )
+            decoded = decode(req.body, req.headers.get("content-type"), sv.parser, self.cfg.limits)
+            try:
+                probs = await self.batcher.submit(sv, decoded.batch)
+                break
+            except VersionUnavailable as exc:
+                if attempt:
+                    raise RequestError(503, "version_unavailable", str(exc)) from exc
+                self.metrics.retries.inc()
+                await self.versions.poll_once()  # cube moved on: follow it, then run again
+            except CubeUnavailable as exc:
+                raise RequestError(503, "cube_unavailable", str(exc)) from exc
+        self.metrics.samples.inc(len(probs))
+        self.metrics.latency.observe(time.perf_counter() - t0)
+        body = b'{"version":"%s","probabilities":%s}' % (
+            sv.version.encode(),
+            json.dumps(probs.tolist()).encode(),
+        )
+        return Response(200, body)
+
+    def _not_ready_reason(self) -> str:
+        why = self.versions.last_error or "no model version loaded yet"
+        return f"not ready: {why}"
+
+    async def version(self, req: Request) -> Response:
+        sv = self.versions.current
+        if sv is None:
+            raise RequestError(503, "not_ready", self._not_ready_reason())
+        return Response.json(
+            200,
+            {
+                "version": sv.version,
+                "model": sv.info.model,
+                "slots": list(sv.info.slots),
+                "embedding_dim": sv.info.dim,
+                "sparse_dim": sv.info.sparse_dim,
+                "embeddings": sv.embeddings.kind,
+                "loaded_at": sv.loaded_at,
+            },
+        )
+
+    async def admin_version(self, req: Request) -> Response:
+        try:
+            doc = json.loads(req.body)
+        except ValueError as exc:
+            raise RequestError(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict) or not isinstance(doc.get("version"), str):
+            raise RequestError(400, "bad_json", 'expected {"version": "YYYYMMDD/HH"}')
+        try:
+            prev, changed = await self.versions.switch(doc["version"])
+        except ValidationError as exc:
+            raise RequestError(422, "bad_version", str(exc), exc.problems) from exc
+        except EctlError as exc:
+            raise RequestError(422, "bad_version", str(exc)) from exc
+        return Response.json(200, {"version": doc["version"], "previous": prev, "changed": changed})
+
+    async def healthz(self, req: Request) -> Response:
+        return Response.json(200, {"status": "ok"})
+
+    async def readyz(self, req: Request) -> Response:
+        sv = self.versions.current
+        if sv is None:
+            return Response.error(503, "not_ready", self._not_ready_reason())
+        return Response.json(200, {"status": "ready", "version": sv.version})
+
+    async def prometheus(self, req: Request) -> Response:
+        self.metrics.queue.set(self.batcher.queued)
+        return Response(200, generate_latest(self.metrics.registry), "text/plain; version=0.0.4")
+
+    async def openapi(self, req: Request) -> Response:
+        from elasticctr.serving.openapi import SPEC
+
+        return Response.json(200, SPEC)
+
+
+def _query_param(query: str, name: str) -> str | None:
+    if not query:
+        return None
+    from urllib.parse import parse_qs
+
+    return parse_qs(query).get(name, [None])[0]
+
+
+async def run(cfg: ServeConfig, host: str, port: int, ready=None) -> None:
+    """Serve until cancelled (SIGTERM/SIGINT in `ectl serve`)."""
+    from elasticctr.serving.http import start_server
+
+    app = ServingApp(cfg)
+    server = await start_server(app.handle, host, port, max_body_bytes=cfg.limits.max_body_bytes)
+    if ready is not None:
+        ready(server.sockets[0].getsockname()[1])
+    try:
+        await app.start()
+    except EctlError as exc:
+        log.error("starting without a version (the poller keeps trying): %s", exc)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        server.close()
+        for t in app.tasks:
+            t.cancel()

@@ -1,0 +1,118 @@
+"""`ectl predict`: send sample lines to the service, collect probabilities, score them.
+
+ElasticCTR's `-c` client: lines are checked locally with the data parser first (a bad
+line is reported with file:line before anything is sent), then sent in chunks; the labels
+of the lines give AUC and logloss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+
+from elasticctr.data.parser import FileStats, LineParser
+from elasticctr.errors import EctlError, ValidationError
+
+
+@dataclass
+class PredictResult:
+    probabilities: np.ndarray
+    labels: np.ndarray
+    versions: list[str]
+    auc: float | None
+    logloss: float
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
+    """ROC AUC by ranks (ties averaged); None when only one class is present."""
+    labels = np.asarray(labels) > 0
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if pos == 0 or neg == 0:
+        return None
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = np.asarray(scores)[order]
+    ranks = np.empty(len(scores), dtype=np.float64)
+    i = 0
+    while i < len(scores):  # average ranks over ties
+        j = i
+        while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def logloss(labels: np.ndarray, probs: np.ndarray, eps: float = 1e-7) -> float:
+    p = np.clip(np.asarray(probs, np.float64), eps, 1 - eps)
+    y = np.asarray(labels, np.float64)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+class ServingClient:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self):
+        self.http.close()
+
+    def _call(self, method: str, path: str, **kw) -> httpx.Response:
+        try:
+            resp = self.http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise EctlError(
+                f"cannot reach the prediction service at {self.url}: {exc}",
+                hint="check --url (or ELASTICCTR_SERVING_URL) and that `ectl serve` runs",
+            ) from exc
+        if resp.status_code >= 400:
+            try:
+                err = resp.json()["error"]
+                msg = err["message"]
+                problems = err.get("problems", [])
+            except (ValueError, KeyError, TypeError):
+                msg, problems = resp.text[:300], []
+            raise ValidationError(f"{self.url}{path}: {resp.status_code} {msg}", problems)
+        return resp
+
+    def version(self) -> dict:
+        return self._call("GET", "/v1/version").json()
+
+    def predict_lines(self, data: bytes) -> tuple[str, list[float]]:
+        resp = self._call(
+            "POST", "/v1/predict", content=data, headers={"Content-Type": "text/plain"}
+        )
+        doc = resp.json()
+        return doc["version"], doc["probabilities"]
+
+    def predict_file(self, data: bytes, source: str, chunk: int = 500) -> PredictResult:
+        info = self.version()
+        parser = LineParser(info["slots"], info.get("sparse_dim"))
+        stats = FileStats(source=source)
+        batch = parser.parse(data, stats)
+        if stats.malformed:
+            raise ValidationError(
+                f"{source}: {stats.malformed} malformed line(s); nothing was sent",
+                problems=stats.examples,
+            )
+        if stats.ignored_slots:
+            raise ValidationError(
+                f"{source}: slot(s) {sorted(stats.ignored_slots)[:10]} are not slots of model "
+                f"version {info['version']} ({info['slots']})"
+            )
+        if len(batch) == 0:
+            raise EctlError(f"{source}: no samples")
+        lines = [ln for ln in data.split(b"\n") if ln.strip()]
+        probs: list[float] = []
+        versions: list[str] = []
+        for start in range(0, len(lines), chunk):
+            version, p = self.predict_lines(b"\n".join(lines[start : start + chunk]) + b"\n")
+            probs.extend(p)
+            if version not in versions:
+                versions.append(version)
+        probs_arr = np.asarray(probs, dtype=np.float64)
+        labels = batch.click.astype(np.float64)
+        return PredictResult(probs_arr, labels, versions, auc(labels, probs_arr),
+                             logloss(labels, probs_arr))  # fmt: skip

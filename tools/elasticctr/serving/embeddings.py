@@ -1,0 +1,202 @@
+"""Where embedding rows come from: cube shards (production) or a local table.
+
+`CubeEmbeddings` speaks cube's binary protocol (`elasticctr.cube.protocol`) and routes
+keys with cube's own `shard_of`, over asyncio keep-alive connections: cube's
+`CubeClient` is synchronous (httpx + a thread per shard), and a thread hop per batch on
+the serving event loop costs more than the lookup itself. Every shard is asked in
+parallel with the version pinned (`X-Cube-Version`); every answer must carry that
+version, or the whole lookup fails with `VersionUnavailable` (never mixed rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from elasticctr.errors import EctlError
+from elasticctr.serving.model import LocalTable
+
+
+class VersionUnavailable(EctlError):
+    """A shard does not hold the pinned version (it was unloaded or not yet loaded)."""
+
+
+class CubeUnavailable(EctlError):
+    """A shard could not be reached or answered an error."""
+
+
+class _Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+
+
+class _Shard:
+    """Keep-alive HTTP/1.1 connections to one shard (a small pool, opened on demand)."""
+
+    def __init__(self, url: str, timeout: float, max_idle: int = 16):
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http" or not parts.hostname:
+            raise EctlError(f"cube shard URL {url!r}: expected http://host:port")
+        self.url = url
+        self.host, self.port = parts.hostname, parts.port or 80
+        self.timeout = timeout
+        self.idle: list[_Conn] = []
+        self.max_idle = max_idle
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        try:
+            return await asyncio.wait_for(self._request(method, path, body, headers), self.timeout)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            raise CubeUnavailable(
+                f"cube shard {self.url}: {type(exc).__name__}: {exc or 'timeout'}"
+            ) from exc
+
+    async def _request(self, method, path, body, headers) -> tuple[int, bytes]:
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"
+        for k, v in (headers or {}).items():
+            head += f"{k}: {v}\r\n"
+        data = head.encode("latin-1") + b"\r\n" + body
+        for attempt in (0, 1):
+            fresh = not self.idle
+            conn = self.idle.pop() if self.idle else await self._open()
+            try:
+                conn.writer.write(data)
+                status_line = await conn.reader.readline()
+                if not status_line:
+                    raise ConnectionResetError("connection closed by the shard")
+                status = int(status_line.split(b" ", 2)[1])
+                length, close = 0, False
+                while True:
+                    line = await conn.reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name == b"connection" and value.strip().lower() == b"close":
+                        close = True
+                payload = await conn.reader.readexactly(length)
+            except (OSError, asyncio.IncompleteReadError):
+                conn.writer.close()
+                if fresh or attempt:
+                    raise
+                continue  # a stale keep-alive connection: retry once on a new one
+            except BaseException:
+                conn.writer.close()
+                raise
+            if close or len(self.idle) >= self.max_idle:
+                conn.writer.close()
+            else:
+                self.idle.append(conn)
+            return status, payload
+        raise AssertionError("unreachable")
+
+    async def _open(self) -> _Conn:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        return _Conn(reader, writer)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.writer.close()
+        self.idle.clear()
+
+
+class CubeEmbeddings:
+    """All shards of one cube, shard i at urls[i] (the order cube-transfer built them in)."""
+
+    kind = "cube"
+
+    def __init__(self, urls: list[str], timeout: float = 5.0):
+        if not urls:
+            raise EctlError("no cube shard URLs given")
+        self.shards = [_Shard(u, timeout) for u in urls]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.shards]
+
+    async def lookup(self, keys: np.ndarray, version: str, dim: int) -> np.ndarray:
+        """float32 [len(keys), dim]: rows of `keys` in `version` (zeros for unknown keys)."""
+        from elasticctr.cube.format import shard_of
+        from elasticctr.cube.protocol import (
+            CONTENT_TYPE,
+            LOOKUP_PATH,
+            VERSION_HEADER,
+            decode_response,
+            encode_keys,
+        )
+
+        n = len(self.shards)
+        owner = shard_of(keys, n) if n > 1 else np.zeros(keys.size, np.int64)
+        groups = [np.flatnonzero(owner == i) for i in range(n)]
+        headers = {"Content-Type": CONTENT_TYPE, VERSION_HEADER: version}
+        calls = [
+            shard.request("POST", LOOKUP_PATH, encode_keys(keys[idx]), headers)
+            for shard, idx in zip(self.shards, groups, strict=True)
+            if idx.size
+        ]
+        answers = await asyncio.gather(*calls)
+        rows = np.empty((keys.size, dim), dtype=np.float32)
+        asked = [(s, idx) for s, idx in zip(self.shards, groups, strict=True) if idx.size]
+        for (shard, idx), (status, body) in zip(asked, answers, strict=True):
+            if status == 409:
+                raise VersionUnavailable(
+                    f"cube shard {shard.url} does not hold version {version}: {_msg(body)}"
+                )
+            if status != 200:
+                raise CubeUnavailable(f"cube shard {shard.url}: {status} {_msg(body)}")
+            result = decode_response(body)
+            if result.version != version:  # the pin was ignored: never mix versions
+                raise VersionUnavailable(
+                    f"cube shard {shard.url} answered version {result.version}, not {version}"
+                )
+            if result.rows.shape != (idx.size, dim):
+                raise CubeUnavailable(
+                    f"cube shard {shard.url}: rows {result.rows.shape}, expected {(idx.size, dim)}"
+                )
+            rows[idx] = result.rows
+        return rows
+
+    async def committed(self) -> str | None:
+        """The version every shard has committed, or None while they disagree/are down."""
+        answers = await asyncio.gather(
+            *(s.request("GET", "/v1/status") for s in self.shards), return_exceptions=True
+        )
+        seen = set()
+        for ans in answers:
+            if isinstance(ans, BaseException) or ans[0] != 200:
+                return None
+            try:
+                seen.add(json.loads(ans[1]).get("committed"))
+            except ValueError:
+                return None
+        return seen.pop() if len(seen) == 1 else None
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.close()
+
+
+def _msg(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("error", body[:200]))
+    except (ValueError, AttributeError):
+        return body[:200].decode(errors="replace")
+
+
+class LocalEmbeddings:
+    """A version's sparse table in this process (no cube): `--embeddings local`."""
+
+    kind = "local"
+
+    def __init__(self, table: LocalTable):
+        self.table = table
+
+    async def lookup(self, keys: np.ndarray, version: str, dim: int) -> np.ndarray:
+        return self.table.lookup(keys)

@@ -1,0 +1,222 @@
+"""One exported version as a scorer: embeddings pooled per slot, then the dense model.
+
+This is the single implementation of the prediction computation. The server
+(`elasticctr.serving.app`) and the MLflow pyfunc (`elasticctr.serving.pyfunc`) both call
+`Scorer.keys_of` → (fetch rows for those keys: cube shards or a local table) →
+`Scorer.score`, so they cannot drift apart.
+
+Pooling is a sum over the feasigns of a slot (ElasticCTR's multi-valued slots);
+a slot with no feasign pools to zeros, a feasign the table does not know looks up zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from elasticctr.data.parser import SlotBatch
+from elasticctr.errors import EctlError
+
+MANIFEST = "manifest.json"
+DENSE_DIR = "dense"
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """What serving needs from a version's manifest."""
+
+    version: str
+    slots: tuple[int, ...]
+    dim: int
+    sparse_dim: int | None
+    model: str
+
+    @staticmethod
+    def from_manifest(manifest: dict[str, Any], version: str | None = None) -> VersionInfo:
+        where = f"model version {version or manifest.get('version', '?')}"
+        slots = manifest.get("slots")
+        if not isinstance(slots, list) or not slots or not all(isinstance(s, int) for s in slots):
+            raise EctlError(f"{where}: manifest 'slots' must be a non-empty list of slot ids")
+        dim = manifest.get("embedding_dim")
+        if not isinstance(dim, int) or dim < 1:
+            raise EctlError(f"{where}: manifest embedding_dim must be a positive integer")
+        sparse_dim = manifest.get("sparse_dim")
+        if sparse_dim is not None and (not isinstance(sparse_dim, int) or sparse_dim < 1):
+            raise EctlError(f"{where}: manifest sparse_dim must be a positive integer or null")
+        return VersionInfo(
+            version=str(version or manifest.get("version", "")),
+            slots=tuple(slots),
+            dim=dim,
+            sparse_dim=sparse_dim,
+            model=str(manifest.get("model", "")),
+        )
+
+
+def dense_model_files(dense_dir: Path) -> tuple[Path, Path]:
+    """(program file, params file) of a Paddle Inference model saved in `dense_dir`.
+
+    `save_inference_model(prefix)` writes `prefix.json` (PIR) or `prefix.pdmodel` (legacy)
+    plus `prefix.pdiparams`; the prefix is whatever the exporter chose.
+    """
+    params = sorted(dense_dir.glob("*.pdiparams"))
+    for p in params:
+        stem = p.name[: -len(".pdiparams")]
+        for ext in (".json", ".pdmodel"):
+            prog = dense_dir / (stem + ext)
+            if prog.is_file():
+                return prog, p
+    raise EctlError(
+        f"{dense_dir}: no Paddle Inference model (<prefix>.json|.pdmodel + <prefix>.pdiparams)"
+    )
+
+
+class DenseModel:
+    """A Paddle Inference predictor of the dense part (CPU, one math thread).
+
+    Inputs are the pooled embeddings: either one input of width len(slots)*dim
+    (slot-major concatenation, slots in manifest order) or one [batch, dim] input per
+    slot in manifest order. The first output is the click probability.
+    """
+
+    def __init__(self, dense_dir: Path, nslots: int, dim: int, threads: int = 1):
+        import paddle.inference as pi
+
+        prog, params = dense_model_files(Path(dense_dir))
+        config = pi.Config(str(prog), str(params))
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads)
+        config.disable_glog_info()
+        config.switch_ir_optim(True)
+        try:
+            self._predictor = pi.create_predictor(config)
+        except Exception as exc:  # paddle raises its own types for corrupt programs
+            raise EctlError(f"{dense_dir}: Paddle Inference cannot load the model: {exc}") from exc
+        names = self._predictor.get_input_names()
+        if len(names) == 1:
+            self.per_slot = False
+        elif len(names) == nslots:
+            self.per_slot = True
+        else:
+            raise EctlError(
+                f"{dense_dir}: the dense model has {len(names)} inputs {names}; expected 1 "
+                f"(concatenated, width {nslots * dim}) or {nslots} (one per slot)"
+            )
+        self._inputs = [self._predictor.get_input_handle(n) for n in names]
+        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self.nslots, self.dim = nslots, dim
+        self._lock = threading.Lock()  # a predictor is not re-entrant
+
+    def run(self, pooled: np.ndarray) -> np.ndarray:
+        """pooled float32 [B, nslots, dim] -> probabilities float32 [B]."""
+        b = pooled.shape[0]
+        with self._lock:
+            if self.per_slot:
+                for j, handle in enumerate(self._inputs):
+                    x = np.ascontiguousarray(pooled[:, j, :])
+                    handle.reshape(x.shape)
+                    handle.copy_from_cpu(x)
+            else:
+                x = pooled.reshape(b, self.nslots * self.dim)
+                self._inputs[0].reshape(x.shape)
+                self._inputs[0].copy_from_cpu(x)
+            self._predictor.run()
+            out = self._output.copy_to_cpu()
+        return np.asarray(out, dtype=np.float32).reshape(b, -1)[:, -1].copy()
+
+
+class Scorer:
+    """The shared computation: which keys a batch needs, and its probabilities from rows."""
+
+    def __init__(self, info: VersionInfo, dense: DenseModel):
+        self.info = info
+        self.dense = dense
+
+    @staticmethod
+    def keys_of(batch: SlotBatch) -> np.ndarray:
+        """Sorted unique feasigns of a batch (uint64): what to fetch from the embeddings."""
+        if not batch.ids:
+            return np.zeros(0, np.uint64)
+        return np.unique(np.concatenate(batch.ids))
+
+    def pool(self, batch: SlotBatch, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Sum-pool per (sample, slot): float32 [B, nslots, dim]; rows[i] belongs to keys[i]."""
+        n, nslots, dim = len(batch), len(self.info.slots), self.info.dim
+        out = np.zeros((n * nslots, dim), dtype=np.float32)
+        if keys.size == 0:
+            return out.reshape(n, nslots, dim)
+        segs, idx = [], []
+        sample_ids = np.arange(n, dtype=np.int64)
+        for j in range(nslots):
+            ids = batch.ids[j]
+            if ids.size == 0:
+                continue
+            idx.append(np.searchsorted(keys, ids))
+            segs.append(np.repeat(sample_ids, batch.lengths[j]) * nslots + j)
+        if idx:
+            seg = np.concatenate(segs)
+            gathered = rows[np.concatenate(idx)]
+            np.add.at(out, seg, gathered)
+        return out.reshape(n, nslots, dim)
+
+    def score(self, batch: SlotBatch, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Probabilities float32 [B] for `batch`, given the embedding rows of `keys_of(batch)`."""
+        if len(batch) == 0:
+            return np.zeros(0, np.float32)
+        return self.dense.run(self.pool(batch, keys, rows))
+
+
+class LocalTable:
+    """Embeddings of a version held in memory (sorted keys + rows); zeros for unknown keys.
+
+    Serves the MLflow pyfunc and `ectl serve --embeddings local` (no cube).
+    """
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray):
+        keys = np.asarray(keys, dtype=np.uint64)
+        values = np.asarray(values, dtype=np.float32)
+        order = np.argsort(keys, kind="stable")
+        self.keys = np.ascontiguousarray(keys[order])
+        # one zero row at the end answers every unknown key
+        self.values = np.concatenate([values[order], np.zeros((1, values.shape[1]), np.float32)])
+        self.dim = int(values.shape[1])
+
+    @staticmethod
+    def from_parts(parts: list[tuple[Path, Path]], dim: int) -> LocalTable:
+        keys = [np.load(k, allow_pickle=False) for k, _ in parts]
+        values = [np.load(v, allow_pickle=False) for _, v in parts]
+        if not keys:
+            return LocalTable(np.zeros(0, np.uint64), np.zeros((0, dim), np.float32))
+        return LocalTable(np.concatenate(keys), np.concatenate(values))
+
+    def lookup(self, query: np.ndarray) -> np.ndarray:
+        n = self.keys.shape[0]
+        if n == 0:
+            return np.zeros((query.shape[0], self.dim), np.float32)
+        pos = np.minimum(np.searchsorted(self.keys, query), n - 1)
+        pos[self.keys[pos] != query] = n  # the zero row
+        return self.values[pos]
+
+
+def read_manifest(version_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((Path(version_dir) / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise EctlError(f"{version_dir}: cannot read {MANIFEST}: {exc}") from exc
+
+
+def sparse_parts(version_dir: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
+    """(keys.npy, values.npy) pairs of a version, in part order, as the manifest lists them."""
+    files = manifest.get("files") or {}
+    parts = []
+    for rel in sorted(files):
+        if rel.startswith("sparse/part-") and rel.endswith(".keys.npy"):
+            values = rel[: -len(".keys.npy")] + ".values.npy"
+            if values not in files:
+                raise EctlError(f"{version_dir}: {rel} has no {values} in the manifest")
+            parts.append((Path(version_dir) / rel, Path(version_dir) / values))
+    return parts
