@@ -136,7 +136,6 @@ def test_restart_resumes_from_snapshot():
     fresh.restore(saved[-1])
     fresh.add_partition(spec("20200401/00", 100))
     fresh.add_partition(spec("20200401/01", 100, 100))
-    fresh.mark_restored_exports()
     remaining = drain(fresh, "0")
     assert len(remaining) == 1
     assert fresh.lease("0")["partition"] == "20200401/01"

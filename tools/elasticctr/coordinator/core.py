@@ -118,7 +118,12 @@ class Coordinator:
                     "partitions must be added in time order"
                 )
             tasks = split_tasks(spec, self.task_bytes)
-            part = _Partition(spec.partition, [t.id for t in tasks])
+            # Exported before a restart: stays exported (restore() loaded the record).
+            part = _Partition(
+                spec.partition,
+                [t.id for t in tasks],
+                exported=spec.partition in self._restored_exports,
+            )
             self._partitions[spec.partition] = part
             self._order.append(spec.partition)
             for task in tasks:
@@ -368,13 +373,6 @@ class Coordinator:
             self._done_log = dict(state["done"])
             self._restored_exports = set(state["exported"])
             self._input_closed = False  # the discovery loop closes it again if so
-
-    def mark_restored_exports(self) -> None:
-        """After re-adding partitions: the ones exported before a restart stay exported."""
-        with self._lock:
-            for pid in self._restored_exports:
-                if pid in self._partitions:
-                    self._partitions[pid].exported = True
 
     def _persist(self) -> None:
         if self._save is not None:

@@ -1,0 +1,99 @@
+"""Wiring for `ectl coordinator`: durable state in the model store, partition discovery
+from the dataset path, and the HTTP server — one process, as in a Volcano task."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from elasticctr.coordinator.core import Coordinator, PartitionSpec
+from elasticctr.coordinator.server import CoordinatorServer, feed, serve
+from elasticctr.data import partitions, storage
+from elasticctr.errors import EctlError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "progress/coordinator.json"
+"""Where the coordinator's durable record lives, relative to the model store."""
+
+
+@dataclass
+class CoordinatorSettings:
+    dataset_path: str
+    start: str
+    end: str | None
+    state_url: str
+    hdfs_ugi: str | None = None
+    lease_seconds: float = 60.0
+    task_bytes: int = 64 << 20
+    window: int = 2
+    checkpoint_every: int = 1
+    poll_seconds: float = 30.0
+    skip_missing_after: float | None = None
+
+
+def discover(settings: CoordinatorSettings, stop: threading.Event) -> Iterator[PartitionSpec]:
+    """Ready partitions in order (waiting for new hours when there is no end), with the
+    size of every data file so they can be split into byte ranges."""
+    for part in partitions.follow_partitions(
+        settings.dataset_path,
+        settings.start,
+        settings.end or None,
+        poll_interval=settings.poll_seconds,
+        stop=stop,
+        skip_missing_after=settings.skip_missing_after,
+        hdfs_ugi=settings.hdfs_ugi,
+    ):
+        files = []
+        for url in partitions.data_files(part, settings.hdfs_ugi):
+            fs, path = storage.url_to_fs(url, settings.hdfs_ugi)
+            files.append((url, int(fs.size(path))))
+        if not files:
+            log.warning("partition %s is ready but has no part-* files", part.id)
+        yield PartitionSpec(part.id, tuple(files))
+
+
+def build(settings: CoordinatorSettings) -> Coordinator:
+    """A coordinator that persists to `state_url` and resumes from it if present."""
+
+    def save(snapshot: str) -> None:
+        storage.write_text(settings.state_url, snapshot, settings.hdfs_ugi)
+
+    coordinator = Coordinator(
+        lease_seconds=settings.lease_seconds,
+        task_bytes=settings.task_bytes,
+        window=settings.window,
+        checkpoint_every=settings.checkpoint_every,
+        save=save,
+    )
+    if storage.exists(settings.state_url, settings.hdfs_ugi):
+        coordinator.restore(storage.read_text(settings.state_url, settings.hdfs_ugi))
+        log.info("resumed coordinator state from %s", settings.state_url)
+    return coordinator
+
+
+def run(settings: CoordinatorSettings, host: str, port: int) -> None:
+    """Serve until SIGTERM; partition discovery runs beside the server. A discovery
+    failure (storage unreachable, bad partition) stops the server with a clear error."""
+    coordinator = build(settings)
+    stop = threading.Event()
+    failure: list[Exception] = []
+    server = CoordinatorServer((host, port), coordinator)
+
+    def on_error(exc: Exception) -> None:
+        failure.append(exc)
+        log.error("partition discovery failed: %s", exc)
+        threading.Thread(target=server.shutdown).start()
+
+    def on_ready() -> None:
+        print(f"coordinator listening on http://{host}:{server.server_address[1]}", flush=True)
+        feed(coordinator, discover(settings, stop), on_error)
+
+    try:
+        serve(server, on_ready=on_ready)
+    finally:
+        stop.set()
+    if failure:
+        raise EctlError(f"partition discovery failed: {failure[0]}")
