@@ -145,6 +145,17 @@ class Supervisor:
             finals.append((name, code))
         return finals
 
+    def wait(self, name: str, timeout: float) -> int:
+        """Wait for a component to exit (no restart); return its exit code."""
+        running = self._running[name]
+        try:
+            code = running.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise EctlError(f"{name} still running after {timeout:.0f}s") from None
+        del self._running[name]
+        self.finished[name] = code
+        return code
+
     def pid(self, name: str) -> int:
         return self._running[name].proc.pid
 
