@@ -270,7 +270,12 @@ class VersionManager:
         except (EctlError, OSError) as exc:
             self.last_error = f"cannot learn the committed version: {exc}"
             return
-        if not want or (self.current and want in (self.current.version, self.followed)):
+        if not want:
+            return
+        if self.current and want == self.current.version:
+            self.followed = want
+            return
+        if self.current and want == self.followed:
             return  # a pinned start (--version) follows only later commits
         failed_at = self.failed.get(want)
         if failed_at is not None and time.monotonic() - failed_at < 30:
