@@ -1,0 +1,66 @@
+{{/* Names, labels and images of the serving subchart. Every define is prefixed "serving.":
+define names are global across the umbrella and its subcharts. */}}
+
+{{- define "serving.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Always <release>-<chart>: other parts reach this one by that name (no "contains" shortcut). */}}
+{{- define "serving.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "serving.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: name + instance only (selectors are immutable). */}}
+{{- define "serving.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "serving.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "serving.labels" -}}
+helm.sh/chart: {{ include "serving.chart" . }}
+{{ include "serving.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: elasticctr
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.global.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
+{{- define "serving.image" -}}
+{{- $g := .Values.global.image -}}
+{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
+{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
+{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+
+{{- define "serving.authSecretName" -}}
+{{- .Values.auth.existingSecret | default (printf "%s-auth" (include "serving.fullname" .)) -}}
+{{- end -}}
+
+{{- define "serving.modelStore" -}}
+{{- .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" .Release.Name) -}}
+{{- end -}}
+
+{{- define "serving.trackingUri" -}}
+{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
+{{- end -}}
+
+{{- define "serving.runtimeValues" -}}
+{{- $global := deepCopy .Values.global -}}
+{{- $_ := set $global "modelStore" (include "serving.modelStore" .) -}}
+{{- $data := deepCopy .Values.global.data -}}
+{{- $_ := set $data "hdfsUgi" "" -}}
+{{- $_ := set $global "data" $data -}}
+{{- $_ := set $global "mlflow" (dict "trackingUri" (include "serving.trackingUri" .)) -}}
+{{- $own := pick .Values "batching" -}}
+{{- $_ := set $own "auth" (dict "enabled" .Values.auth.enabled) -}}
+{{- toYaml (dict "global" $global "serving" $own) -}}
+{{- end -}}

@@ -1,0 +1,93 @@
+{{/* Names, labels and images of the trainer subchart. Every define is prefixed "trainer.":
+define names are global across the umbrella and its subcharts. */}}
+
+{{- define "trainer.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Always <release>-<chart>: other parts reach this one by that name (no "contains" shortcut). */}}
+{{- define "trainer.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "trainer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: name + instance only (selectors are immutable). */}}
+{{- define "trainer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "trainer.labels" -}}
+helm.sh/chart: {{ include "trainer.chart" . }}
+{{ include "trainer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: elasticctr
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.global.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
+{{- define "trainer.image" -}}
+{{- $g := .Values.global.image -}}
+{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
+{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
+{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{- define "trainer.serviceAccountName" -}}
+{{- include "trainer.fullname" . -}}
+{{- end -}}
+
+{{- define "trainer.coordinatorServiceAccountName" -}}
+{{- printf "%s-coordinator" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "trainer.modelStore" -}}
+{{- .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" .Release.Name) -}}
+{{- end -}}
+
+{{- define "trainer.dataPath" -}}
+{{- .Values.global.data.path | default (printf "http://%s-fileserver:8080/data" .Release.Name) -}}
+{{- end -}}
+
+{{- define "trainer.trackingUri" -}}
+{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
+{{- end -}}
+
+{{- define "trainer.hdfsSecretName" -}}
+{{- .Values.hdfs.existingSecret | default (printf "%s-hdfs" (include "trainer.fullname" .)) -}}
+{{- end -}}
+
+{{- define "trainer.hasHdfsSecret" -}}
+{{- if or .Values.hdfs.existingSecret .Values.global.data.hdfsUgi }}true{{ end -}}
+{{- end -}}
+
+{{/* ElasticCTR data.config: shell-style env file (HDFS_UGI is in the Secret, not here). */}}
+{{- define "trainer.dataConfig" -}}
+{{- $d := .Values.global.data -}}
+HDFS_ADDRESS={{ $d.hdfsAddress | quote }}
+START_DATE_HR={{ $d.startDateHour | quote }}
+END_DATE_HR={{ $d.endDateHour | quote }}
+DATASET_PATH={{ include "trainer.dataPath" . | quote }}
+SPARSE_DIM={{ $d.sparseDim }}
+{{- end -}}
+
+{{/* The effective values every role reads with `ectl ... -f`: the umbrella's global section
+with defaults resolved, plus this chart's section under `trainer`. */}}
+{{- define "trainer.runtimeValues" -}}
+{{- $global := deepCopy .Values.global -}}
+{{- $_ := set $global "modelStore" (include "trainer.modelStore" .) -}}
+{{- $data := deepCopy .Values.global.data -}}
+{{- $_ := set $data "path" (include "trainer.dataPath" .) -}}
+{{- $_ := set $data "hdfsUgi" "" -}}
+{{- $_ := set $global "data" $data -}}
+{{- $_ := set $global "mlflow" (dict "trackingUri" (include "trainer.trackingUri" .)) -}}
+{{- $own := omit .Values "global" "enabled" "podSecurityContext" "containerSecurityContext" "nodeSelector" "tolerations" "affinity" "serviceAccount" "rbac" -}}
+{{- toYaml (dict "global" $global "trainer" $own) -}}
+{{- end -}}

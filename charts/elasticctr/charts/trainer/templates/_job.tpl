@@ -1,0 +1,176 @@
+{{/* The Volcano Job spec as YAML; job.yaml hashes it (minus the mutable fields) into the name. */}}
+{{- define "trainer.jobSpec" -}}
+{{- $v := .Values -}}
+schedulerName: {{ $v.volcano.schedulerName }}
+queue: {{ $v.volcano.queue }}
+{{- with $v.volcano.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+# Gang minimum: the coordinator, every pserver and the fewest trainers the job can run with.
+minAvailable: {{ add 1 $v.pserver.replicas $v.trainer.minReplicas }}
+maxRetry: {{ $v.volcano.maxRetry }}
+{{- if $v.volcano.ttlSecondsAfterFinished }}
+ttlSecondsAfterFinished: {{ $v.volcano.ttlSecondsAfterFinished }}
+{{- end }}
+plugins:
+  # svc: headless Service + stable hostnames <job>-<task>-<i>.<job>, VC_<TASK>_HOSTS/_NUM env.
+  svc: {{ if $v.volcano.svcNetworkPolicy }}[]{{ else }}["--disable-network-policy=true"]{{ end }}
+  # env: VC_TASK_INDEX (the trainer / pserver id).
+  env: []
+tasks:
+  - name: coordinator
+    replicas: 1
+    minAvailable: 1
+    # Progress lives in the checkpoint: a lost coordinator restarts the job, which resumes there.
+    policies:
+      - events: [PodFailed, PodEvicted]
+        action: RestartJob
+    template:
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "coordinator" "args" (list "coordinator") "port" $v.coordinator.port "resources" $v.coordinator.resources) | nindent 6 }}
+  - name: pserver
+    replicas: {{ $v.pserver.replicas }}
+    minAvailable: {{ $v.pserver.replicas }}
+    # A lost pserver loses its shard of the parameters: restart the job from the checkpoint.
+    policies:
+      - events: [PodFailed, PodEvicted]
+        action: RestartJob
+    template:
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "pserver" "args" (list "train" "pserver") "port" $v.pserver.port "resources" $v.pserver.resources) | nindent 6 }}
+  - name: trainer
+    replicas: {{ $v.trainer.replicas }}
+    minAvailable: {{ $v.trainer.minReplicas }}
+    # A lost trainer only loses its task lease: restart the trainer task, the job goes on.
+    policies:
+      - events: [PodFailed, PodEvicted]
+        action: RestartTask
+      # Bounded runs (endDateHour set): trainers exit 0 when no partition is left.
+      - event: TaskCompleted
+        action: CompleteJob
+    template:
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "trainer" "args" (list "train" "trainer") "port" 0 "resources" $v.trainer.resources) | nindent 6 }}
+{{- end -}}
+
+{{/* Pod template of one task. Args: ctx (root), role, args (ectl verb), port (0 = none), resources. */}}
+{{- define "trainer.podTemplate" -}}
+{{- $ctx := .ctx -}}
+{{- $v := $ctx.Values -}}
+metadata:
+  labels:
+    {{- include "trainer.selectorLabels" $ctx | nindent 4 }}
+    app.kubernetes.io/component: {{ .role }}
+    app.kubernetes.io/part-of: elasticctr
+  annotations:
+    checksum/config: {{ include (print $ctx.Template.BasePath "/configmap.yaml") $ctx | sha256sum }}
+spec:
+  restartPolicy: Never
+  serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}
+  automountServiceAccountToken: {{ and (eq .role "coordinator") $v.rbac.create }}
+  {{- with $v.global.image.pullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . }}
+    {{- end }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $v.podSecurityContext | nindent 4 }}
+  {{- with $v.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: {{ .role }}
+      image: {{ include "trainer.image" $ctx }}
+      imagePullPolicy: {{ $v.global.image.pullPolicy }}
+      command: ["ectl"]
+      args: {{ concat .args (list "-f" "/etc/elasticctr/values.yaml") | toJson }}
+      env:
+        - name: POD_IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+        - name: POD_NAME
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+        - name: HOME
+          value: /tmp
+        {{- if ne .role "coordinator" }}
+        # Paddle Fleet PS roles (Paddle 3.0.0 PS needs the legacy program IR).
+        - name: TRAINING_ROLE
+          value: {{ ternary "PSERVER" "TRAINER" (eq .role "pserver") }}
+        - name: PADDLE_PORT
+          value: {{ $v.pserver.port | quote }}
+        - name: FLAGS_enable_pir_api
+          value: "0"
+        {{- end }}
+        - name: ELASTICCTR_COORDINATOR_PORT
+          value: {{ $v.coordinator.port | quote }}
+        - name: MLFLOW_TRACKING_URI
+          value: {{ include "trainer.trackingUri" $ctx | quote }}
+        {{- if include "trainer.hasHdfsSecret" $ctx }}
+        - name: HDFS_UGI
+          valueFrom:
+            secretKeyRef:
+              name: {{ include "trainer.hdfsSecretName" $ctx }}
+              key: {{ if $v.hdfs.existingSecret }}{{ $v.hdfs.existingSecretKey }}{{ else }}hdfsUgi{{ end }}
+        {{- end }}
+        - name: ELASTICCTR_FILESERVER_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: {{ $v.fileserverToken.existingSecret | default (printf "%s-fileserver" $ctx.Release.Name) }}
+              key: {{ $v.fileserverToken.existingSecretKey }}
+              # Not needed when the model store is not the fileserver.
+              optional: true
+        {{- range $name, $value := $v.extraEnv }}
+        - name: {{ $name }}
+          value: {{ $value | quote }}
+        {{- end }}
+      {{- if .port }}
+      ports:
+        - name: {{ .role }}
+          containerPort: {{ .port }}
+      {{- end }}
+      {{- if eq .role "coordinator" }}
+      readinessProbe:
+        httpGet: {path: /readyz, port: {{ .role }}}
+        periodSeconds: 10
+      livenessProbe:
+        httpGet: {path: /healthz, port: {{ .role }}}
+        initialDelaySeconds: 10
+        periodSeconds: 20
+        failureThreshold: 3
+      {{- else if eq .role "pserver" }}
+      readinessProbe:
+        tcpSocket: {port: {{ .role }}}
+        periodSeconds: 10
+      livenessProbe:
+        tcpSocket: {port: {{ .role }}}
+        initialDelaySeconds: 60
+        periodSeconds: 20
+        failureThreshold: 6
+      {{- end }}
+      resources:
+        {{- toYaml .resources | nindent 8 }}
+      securityContext:
+        {{- toYaml $v.containerSecurityContext | nindent 8 }}
+      volumeMounts:
+        - name: config
+          mountPath: /etc/elasticctr
+          readOnly: true
+        - name: tmp
+          mountPath: /tmp
+        - name: work
+          mountPath: /var/lib/elasticctr
+  volumes:
+    - name: config
+      configMap:
+        name: {{ include "trainer.fullname" $ctx }}
+    - name: tmp
+      emptyDir: {}
+    - name: work
+      emptyDir: {}
+{{- end -}}

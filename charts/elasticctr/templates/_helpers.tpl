@@ -1,0 +1,87 @@
+{{/* Umbrella helpers. Every define is prefixed "elasticctr." (define names are global). */}}
+
+{{- define "elasticctr.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "elasticctr.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: elasticctr
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.global.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Cross-field rules that one schema cannot express (schemas check each chart's own keys).
+Collects every problem as "path: message" and fails once, listing all of them.
+tools/elasticctr/values.py implements the same rules with the same messages for
+`ectl validate`; keep both in step (tests/unit/test_values.py renders both).
+*/}}
+{{- define "elasticctr.validateValues" -}}
+{{- $v := .Values -}}
+{{- $g := $v.global -}}
+{{- $errs := list -}}
+{{- $fileserver := $v.fileserver.enabled -}}
+{{- if $v.trainer.enabled -}}
+  {{- $t := $v.trainer.trainer -}}
+  {{- if gt (int $t.minReplicas) (int $t.replicas) -}}
+    {{- $errs = append $errs (printf "trainer.trainer.minReplicas: %d is more than trainer.trainer.replicas (%d)" (int $t.minReplicas) (int $t.replicas)) -}}
+  {{- end -}}
+  {{- if and (not $g.data.path) (not $fileserver) -}}
+    {{- $errs = append $errs "global.data.path: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
+  {{- end -}}
+  {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
+    {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
+  {{- end -}}
+  {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
+    {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
+  {{- end -}}
+{{- end -}}
+{{- if and $g.data.endDateHour (lt $g.data.endDateHour $g.data.startDateHour) -}}
+  {{- $errs = append $errs (printf "global.data.endDateHour: %s is before global.data.startDateHour %s" $g.data.endDateHour $g.data.startDateHour) -}}
+{{- end -}}
+{{- if and (not $g.modelStore) (not $fileserver) (or $v.trainer.enabled $v.cube.enabled $v.serving.enabled) -}}
+  {{- $errs = append $errs "global.modelStore: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
+{{- end -}}
+{{- if and $fileserver $v.fileserver.auth.token $v.fileserver.auth.existingSecret -}}
+  {{- $errs = append $errs "fileserver.auth: set token or existingSecret, not both" -}}
+{{- end -}}
+{{- if $v.serving.enabled -}}
+  {{- $s := $v.serving -}}
+  {{- if not $v.cube.enabled -}}
+    {{- $errs = append $errs "serving.enabled: serving needs cube.enabled (it looks embeddings up in the cube shards)" -}}
+  {{- end -}}
+  {{- $minReplicas := int $s.replicas -}}
+  {{- if $s.autoscaling.enabled -}}
+    {{- $minReplicas = int $s.autoscaling.minReplicas -}}
+    {{- if gt (int $s.autoscaling.minReplicas) (int $s.autoscaling.maxReplicas) -}}
+      {{- $errs = append $errs (printf "serving.autoscaling.minReplicas: %d is more than serving.autoscaling.maxReplicas (%d)" (int $s.autoscaling.minReplicas) (int $s.autoscaling.maxReplicas)) -}}
+    {{- end -}}
+  {{- end -}}
+  {{- if and $s.podDisruptionBudget.enabled (ge (int $s.podDisruptionBudget.minAvailable) $minReplicas) -}}
+    {{- $errs = append $errs (printf "serving.podDisruptionBudget.minAvailable: %d must be lower than the minimum replica count (%d), or no node could ever be drained" (int $s.podDisruptionBudget.minAvailable) $minReplicas) -}}
+  {{- end -}}
+  {{- if and $s.ingress.enabled (not $s.ingress.host) -}}
+    {{- $errs = append $errs "serving.ingress.host: required when serving.ingress.enabled" -}}
+  {{- end -}}
+{{- end -}}
+{{- if $v.mlflow.enabled -}}
+  {{- if and (eq $v.mlflow.backendStore.type "external") (not $v.mlflow.backendStore.existingSecret) -}}
+    {{- $errs = append $errs "mlflow.backendStore.existingSecret: required when mlflow.backendStore.type is external" -}}
+  {{- end -}}
+  {{- if and $v.mlflow.ingress.enabled (not $v.mlflow.ingress.host) -}}
+    {{- $errs = append $errs "mlflow.ingress.host: required when mlflow.ingress.enabled" -}}
+  {{- end -}}
+{{- end -}}
+{{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
+  {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every shard (%d) go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) -}}
+{{- end -}}
+{{- if $errs -}}
+{{- fail (printf "\n\nvalues are invalid:\n  %s\n" (join "\n  " $errs)) -}}
+{{- end -}}
+{{- end -}}
