@@ -233,7 +233,8 @@ def test_parser_rejects_bad_configuration():
     with pytest.raises(ValidationError, match="duplicate"):
         LineParser([1, 1])
     with pytest.raises(ValidationError, match="sparse_dim"):
-        LineParser([1], sparse_dim=0)
+        LineParser([1], sparse_dim=-1)
+    assert LineParser([1], sparse_dim=0).sparse_dim is None
 
 
 def test_slice_and_concat_roundtrip():

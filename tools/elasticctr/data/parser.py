@@ -280,10 +280,115 @@ def _token_values(padded: bytes, starts: np.ndarray, ends: np.ndarray):
     return value, over
 
 
+@dataclass
+class Scan:
+    """Valid samples of a chunk before slot selection: one row per feasign:slot pair."""
+
+    show: np.ndarray  # uint64 [samples]
+    click: np.ndarray  # uint64 [samples]
+    feasigns: np.ndarray  # uint64 [pairs]
+    slots: np.ndarray  # uint64 [pairs]
+    sample: np.ndarray  # int64 [pairs], index of the pair's sample
+
+
+def scan(data: bytes, stats: FileStats) -> Scan:
+    """Validate and tokenise complete lines: the slot-agnostic half of parsing.
+
+    Updates ``stats`` (lines, blank, samples, malformed with reasons and examples).
+    """
+    first_line = stats.lines + 1
+    if not data:
+        empty = np.zeros(0, np.uint64)
+        return Scan(empty, empty, empty, empty, np.zeros(0, np.int64))
+    if data[-1:] != b"\n":
+        data = data + b"\n"
+    a = np.frombuffer(data, dtype=np.uint8)
+    nl_pos = np.flatnonzero(a == _NL_BYTE)
+    nlines = int(nl_pos.shape[0])
+
+    # bytes.translate is a C loop: 4x faster than a numpy table lookup here.
+    tok = np.frombuffer(data.translate(_TOKEN_TABLE), dtype=np.int8)
+    edges = np.diff(tok, prepend=np.int8(0))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)  # the last byte is '\n', so every token ends
+    ntok = int(starts.shape[0])
+    tok_line = np.searchsorted(nl_pos, starts)
+    per_line = np.bincount(tok_line, minlength=nlines)
+    first_tok = np.cumsum(per_line) - per_line
+    k = np.arange(ntok) - first_tok[tok_line]
+
+    # starts - 1 == -1 reads the final '\n': not a colon, as wanted
+    is_fea = a[ends] == _COLON_BYTE
+    is_slot = a[starts - 1] == _COLON_BYTE
+    pair = k - 2
+    odd = (pair & 1).astype(bool)
+    want_fea = (pair >= 0) & ~odd
+    want_slot = (pair >= 0) & odd
+
+    values, overflow = _token_values(b" " * _PAD + data, starts, ends)
+    bad_tok = (is_fea != want_fea) | (is_slot != want_slot) | overflow
+    bad = np.zeros(nlines, dtype=bool)
+    bad[tok_line[bad_tok]] = True
+    bad |= per_line % 2 == 1
+    # every ':' must join a token on its left to one on its right
+    colon_pos = np.flatnonzero(a == _COLON_BYTE)
+    if colon_pos.size:
+        stray = (tok[colon_pos - 1] == 0) | (tok[colon_pos + 1] == 0)
+        bad[np.searchsorted(nl_pos, colon_pos[stray])] = True
+    if data.translate(None, _ALLOWED):
+        other_pos = np.flatnonzero(_CLASS[a] == _OTHER)
+        bad[np.searchsorted(nl_pos, other_pos)] = True
+
+    # show / click: first two tokens of every line with tokens
+    has_tok = per_line >= 2
+    show = np.zeros(nlines, dtype=np.uint64)
+    click = np.zeros(nlines, dtype=np.uint64)
+    show[has_tok] = values[first_tok[has_tok]]
+    click[has_tok] = values[first_tok[has_tok] + 1]
+    bad |= has_tok & (click > show)
+
+    blank = (per_line == 0) & ~bad
+    good = ~bad & ~blank
+    nsamples = int(good.sum())
+
+    stats.lines += nlines
+    stats.blank += int(blank.sum())
+    stats.samples += nsamples
+    bad_idx = np.flatnonzero(bad)
+    if bad_idx.size:
+        _record_bad(data, nl_pos, bad_idx, first_line, stats)
+
+    # feasign:slot pairs of good lines
+    sample_of_line = np.cumsum(good) - 1
+    fea_tok = np.flatnonzero(is_fea & good[tok_line])
+    feasigns = values[fea_tok]
+    slot_vals = values[fea_tok + 1]
+    sample = sample_of_line[tok_line[fea_tok]]
+    return Scan(show[good], click[good], feasigns, slot_vals, sample)
+
+
+def _record_bad(data, nl_pos, bad_idx, first_line, stats: FileStats) -> None:
+    stats.malformed += int(bad_idx.size)
+    budget = max(0, MAX_CLASSIFIED - sum(stats.reasons.values()))
+    if budget < bad_idx.size:
+        rest = int(bad_idx.size) - budget
+        stats.reasons["not classified"] = stats.reasons.get("not classified", 0) + rest
+    for i in bad_idx[:budget].tolist():
+        begin = int(nl_pos[i - 1]) + 1 if i else 0
+        line = data[begin : int(nl_pos[i])]
+        found = diagnose_line(line)
+        # The vector pass is the authority; a disagreement would be a parser bug.
+        category, detail = found or ("malformed", "rejected")
+        stats.reasons[category] = stats.reasons.get(category, 0) + 1
+        if len(stats.examples) < MAX_EXAMPLES:
+            stats.examples.append(f"{stats.source}:{first_line + i}: {detail}")
+
+
 class LineParser:
     """Parses chunks of complete lines for a fixed slot list (slot.conf order).
 
-    ``sparse_dim`` (ElasticCTR's SPARSE_DIM) maps every feasign to ``feasign % sparse_dim``.
+    ``sparse_dim`` (ElasticCTR's SPARSE_DIM) maps every feasign to ``feasign % sparse_dim``;
+    None or 0 keeps raw feasigns (as ``global.data.sparseDim: 0``).
     """
 
     def __init__(self, slots: Sequence[int], sparse_dim: int | None = None):
@@ -294,10 +399,10 @@ class LineParser:
             raise ValidationError(f"duplicate slot ids in the slot list {list(slots)}")
         if any(s < 0 or s > U64_MAX for s in slots):
             raise ValidationError(f"slot ids must be in [0, 2^64): {list(slots)}")
-        if sparse_dim is not None and sparse_dim <= 0:
-            raise ValidationError(f"sparse_dim must be a positive integer, got {sparse_dim}")
+        if sparse_dim is not None and sparse_dim < 0:
+            raise ValidationError(f"sparse_dim must be >= 0 (0 = raw feasigns), got {sparse_dim}")
         self.slots = slots
-        self.sparse_dim = sparse_dim
+        self.sparse_dim = sparse_dim or None
         order = np.argsort(np.array(slots, dtype=np.uint64), kind="stable")
         self._sorted_slots = np.array(slots, dtype=np.uint64)[order]
         self._slot_pos = order.astype(np.int64)
@@ -305,73 +410,17 @@ class LineParser:
     def parse(self, data: bytes, stats: FileStats | None = None) -> SlotBatch:
         """Parse complete lines (a final line without '\\n' is fine); updates ``stats``."""
         stats = stats if stats is not None else FileStats()
-        first_line = stats.lines + 1
         if not data:
             return SlotBatch.empty(self.slots)
-        if data[-1:] != b"\n":
-            data = data + b"\n"
-        a = np.frombuffer(data, dtype=np.uint8)
-        nl_pos = np.flatnonzero(a == _NL_BYTE)
-        nlines = int(nl_pos.shape[0])
-
-        # bytes.translate is a C loop: 4x faster than a numpy table lookup here.
-        tok = np.frombuffer(data.translate(_TOKEN_TABLE), dtype=np.int8)
-        edges = np.diff(tok, prepend=np.int8(0))
-        starts = np.flatnonzero(edges == 1)
-        ends = np.flatnonzero(edges == -1)  # the last byte is '\n', so every token ends
-        ntok = int(starts.shape[0])
-        tok_line = np.searchsorted(nl_pos, starts)
-        per_line = np.bincount(tok_line, minlength=nlines)
-        first_tok = np.cumsum(per_line) - per_line
-        k = np.arange(ntok) - first_tok[tok_line]
-
-        # starts - 1 == -1 reads the final '\n': not a colon, as wanted
-        is_fea = a[ends] == _COLON_BYTE
-        is_slot = a[starts - 1] == _COLON_BYTE
-        pair = k - 2
-        odd = (pair & 1).astype(bool)
-        want_fea = (pair >= 0) & ~odd
-        want_slot = (pair >= 0) & odd
-
-        values, overflow = _token_values(b" " * _PAD + data, starts, ends)
-        bad_tok = (is_fea != want_fea) | (is_slot != want_slot) | overflow
-        bad = np.zeros(nlines, dtype=bool)
-        bad[tok_line[bad_tok]] = True
-        bad |= per_line % 2 == 1
-        # every ':' must join a token on its left to one on its right
-        colon_pos = np.flatnonzero(a == _COLON_BYTE)
-        if colon_pos.size:
-            stray = (tok[colon_pos - 1] == 0) | (tok[colon_pos + 1] == 0)
-            bad[np.searchsorted(nl_pos, colon_pos[stray])] = True
-        if data.translate(None, _ALLOWED):
-            other_pos = np.flatnonzero(_CLASS[a] == _OTHER)
-            bad[np.searchsorted(nl_pos, other_pos)] = True
-
-        # show / click: first two tokens of every line with tokens
-        has_tok = per_line >= 2
-        show = np.zeros(nlines, dtype=np.uint64)
-        click = np.zeros(nlines, dtype=np.uint64)
-        show[has_tok] = values[first_tok[has_tok]]
-        click[has_tok] = values[first_tok[has_tok] + 1]
-        bad |= has_tok & (click > show)
-
-        blank = (per_line == 0) & ~bad
-        good = ~bad & ~blank
-        nsamples = int(good.sum())
-
-        stats.lines += nlines
-        stats.blank += int(blank.sum())
-        stats.samples += nsamples
-        bad_idx = np.flatnonzero(bad)
-        if bad_idx.size:
-            self._record_bad(data, nl_pos, bad_idx, first_line, stats)
-
-        # feasign:slot pairs of good lines
-        sample_of_line = np.cumsum(good) - 1
-        fea_tok = np.flatnonzero(is_fea & good[tok_line])
-        feasigns = values[fea_tok]
-        slot_vals = values[fea_tok + 1]
-        sample = sample_of_line[tok_line[fea_tok]]
+        sc = scan(data, stats)
+        show, click, feasigns, slot_vals, sample = (
+            sc.show,
+            sc.click,
+            sc.feasigns,
+            sc.slots,
+            sc.sample,
+        )
+        nsamples = int(show.shape[0])
         pos = np.searchsorted(self._sorted_slots, slot_vals)
         pos_c = np.minimum(pos, len(self.slots) - 1)
         known = self._sorted_slots[pos_c] == slot_vals
@@ -399,25 +448,9 @@ class LineParser:
             self.slots,
             [np.ascontiguousarray(x) for x in ids],
             list(lengths),
-            show[good].astype(np.float32),
-            click[good].astype(np.float32),
+            show.astype(np.float32),
+            click.astype(np.float32),
         )
-
-    def _record_bad(self, data, nl_pos, bad_idx, first_line, stats: FileStats) -> None:
-        stats.malformed += int(bad_idx.size)
-        budget = max(0, MAX_CLASSIFIED - sum(stats.reasons.values()))
-        if budget < bad_idx.size:
-            rest = int(bad_idx.size) - budget
-            stats.reasons["not classified"] = stats.reasons.get("not classified", 0) + rest
-        for i in bad_idx[:budget].tolist():
-            begin = int(nl_pos[i - 1]) + 1 if i else 0
-            line = data[begin : int(nl_pos[i])]
-            found = diagnose_line(line)
-            # The vector pass is the authority; a disagreement would be a parser bug.
-            category, detail = found or ("malformed", "rejected")
-            stats.reasons[category] = stats.reasons.get(category, 0) + 1
-            if len(stats.examples) < MAX_EXAMPLES:
-                stats.examples.append(f"{stats.source}:{first_line + i}: {detail}")
 
 
 def parse_bytes(
