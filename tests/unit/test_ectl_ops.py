@@ -33,6 +33,7 @@ OPERATOR_VERBS = [
     "logs",
     "doctor",
     "completion",
+    "port-forward",
 ]
 
 
@@ -208,6 +209,7 @@ def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path):
         ["rollback", "2", "--dry-run"],
         ["uninstall", "--yes"],
         ["uninstall", "--dry-run"],
+        ["port-forward", "serving"],
     ],
     ids=lambda a: "-".join(a),
 )

@@ -46,21 +46,20 @@ def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def load_user_values(files: list[Path], *, validate: bool = True) -> dict[str, Any]:
+def load_user_values(files: list[Path], chart: Path | None = None) -> dict[str, Any]:
     """Merge the files (later wins) and validate them against the chart; return the merge."""
     merged: dict[str, Any] = {}
     for path in files:
         merged = merge_values(merged, read_values_file(path))
-    if validate:
-        check_values(files)
+    check_values(files, chart)
     return merged
 
 
-def check_values(files: list[Path]) -> None:
+def check_values(files: list[Path], chart: Path | None = None) -> None:
     """Raise ValidationError listing every `path: message` problem the chart reports."""
     from elasticctr import values as chart_values
 
-    problems = chart_values.validate_files([Path(f) for f in files])
+    problems = chart_values.validate_files([Path(f) for f in files], chart)
     if problems:
         names = ", ".join(str(f) for f in files) or "chart defaults"
         raise ValidationError(f"{names}: {len(problems)} problem(s)", problems=list(problems))

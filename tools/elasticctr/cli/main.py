@@ -72,6 +72,7 @@ _VERB_MODULES: list[str] = [
     "doctor",
     "completion",
     "serve",
+    "forward",
 ]
 
 

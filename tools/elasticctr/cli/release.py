@@ -241,8 +241,8 @@ def _deploy(
     output: OutputFormat,
     show_diff: bool,
 ) -> None:
-    values = load_user_values(files or [])
     chart_path = _chart_path(chart)
+    values = load_user_values(files or [], chart_path)
     namespace = target.resolved_namespace()
     client = common.helm_client(target)
 
@@ -632,8 +632,8 @@ def template(
 
       ectl template -f values.yaml -o json | jq '.[].kind'
     """
-    values = load_user_values(files or [])
     chart_path = _chart_path(chart)
+    values = load_user_values(files or [], chart_path)
     ns = namespace or "default"
     client = common.helm_client(Target(release, ns, None, None, helm))
     docs = common.run(render(client, chart_path, release, values, ns, upgrade=False))

@@ -41,8 +41,9 @@ EXTRA_COMPONENTS = ("cube", "mlflow")
 
 # HTTP paths of the release's own services, read through the API server's service proxy.
 COORDINATOR_PROGRESS_PATH = "v1/progress"
-FILESERVER_VERSIONS_PATH = "versions/"
-CUBE_TRANSFER_STATUS_PATH = "status"
+FILESERVER_VERSIONS_PATH = "models/versions/"
+"""Where the default model store (global.modelStore empty) keeps versions on the fileserver."""
+CUBE_STATUS_PATH = "v1/status"
 SERVING_READY_PATH = "readyz"
 
 
@@ -93,6 +94,15 @@ def _newest_version(core, namespace: str, service) -> str | None:
             ):
                 return f"{day}/{hour}"
     return None
+
+
+def _cube_committed(core, namespace: str, service) -> Any:
+    """The committed version of the cube shard the Service routes to (all shards agree
+    after cube-transfer's phase 2; a straggler is reconciled on its next poll)."""
+    shard = _try("cube", _proxy_get, core, namespace, service, CUBE_STATUS_PATH)
+    if isinstance(shard, dict) and "committed" in shard:
+        return {"committed": shard["committed"]}
+    return shard
 
 
 def _try(what: str, fn, *args) -> Any:
@@ -166,18 +176,18 @@ def collect_status(target: Target) -> dict[str, Any]:
             )
             if "fileserver" in by_component
             else {"unavailable": "no fileserver service (model store elsewhere)"},
-            "cube": _try(
-                "cube-transfer",
-                _proxy_get,
-                core,
-                namespace,
-                by_component["cube-transfer"],
-                CUBE_TRANSFER_STATUS_PATH,
-            )
-            if "cube-transfer" in by_component
-            else {"unavailable": "no cube-transfer service"},
+            "cube": _cube_committed(core, namespace, by_component["cube"])
+            if "cube" in by_component
+            else {"unavailable": "no cube service"},
         }
         status["serving"] = _serving(api, namespace, selector)
+        if "serving" in by_component and "unavailable" not in status["serving"]:
+            ready = _try(
+                "serving", _proxy_get, core, namespace, by_component["serving"], SERVING_READY_PATH
+            )
+            status["serving"]["modelVersion"] = (
+                ready.get("version") if isinstance(ready, dict) and "version" in ready else None
+            )
         mlflow = by_component.get("mlflow")
         status["mlflow"] = (
             {
@@ -290,13 +300,18 @@ def _print_status(s: dict[str, Any]) -> None:
     else:
         summary.add_row("coordinator", _fmt(coord))
     summary.add_row("newest model version", _fmt(s["model"]["newestVersion"]) or "none yet")
-    summary.add_row("cube", _fmt(s["model"]["cube"]))
+    cube = s["model"]["cube"]
+    summary.add_row(
+        "cube committed version",
+        str(cube["committed"] or "none yet") if "committed" in cube else _fmt(cube),
+    )
     serving = s["serving"]
     summary.add_row(
         "serving",
         _fmt(serving)
         if "unavailable" in serving
-        else f"{serving['ready']}/{serving['replicas']} ready",
+        else f"{serving['ready']}/{serving['replicas']} ready, model version "
+        f"{serving.get('modelVersion') or 'none loaded'}",
     )
     summary.add_row(
         "mlflow",

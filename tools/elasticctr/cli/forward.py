@@ -1,0 +1,197 @@
+"""`ectl port-forward COMPONENT`: reach a release's Service from this machine.
+
+A local TCP listener whose connections are tunnelled, one Kubernetes port-forward stream
+each, to a ready pod behind the release's Service (serving, mlflow, fileserver,
+coordinator, cube-transfer). `ectl predict --url` then talks to the printed address; other
+code uses `forward_service()` directly. Owns the tunnel only, not what runs through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from elasticctr.cli import _common as common
+from elasticctr.cli._common import (
+    CONTEXT_OPTION,
+    KUBECONFIG_OPTION,
+    NAMESPACE_OPTION,
+    RELEASE_OPTION,
+    REQUEST_TIMEOUT,
+    Target,
+    console,
+)
+from elasticctr.errors import EctlError
+
+COMPONENT_LABEL = "app.kubernetes.io/component"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+SERVICES = ("serving", "mlflow", "fileserver", "coordinator", "cube-transfer", "cube")
+
+
+def _ready(pod) -> bool:
+    return pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])
+    )
+
+
+def resolve_backend(core, namespace: str, release: str, component: str) -> tuple[str, int]:
+    """(pod name, container port) of a ready pod behind the component's Service."""
+    try:
+        services = core.list_namespaced_service(
+            namespace,
+            label_selector=f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={component}",
+            _request_timeout=REQUEST_TIMEOUT,
+        ).items
+    except Exception as exc:
+        raise common.kube_error(exc, f"cannot find the {component} service") from exc
+    services = [s for s in services if s.spec.selector and s.spec.ports]
+    if not services:
+        raise EctlError(
+            f"release {release} has no {component} Service in {namespace}",
+            hint="is the component enabled in the values? `ectl status` lists what runs",
+        )
+    svc = services[0]
+    selector = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
+    try:
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        ).items
+    except Exception as exc:
+        raise common.kube_error(exc, f"cannot list {component} pods") from exc
+    ready = sorted((p for p in pods if _ready(p)), key=lambda p: p.metadata.name)
+    if not ready:
+        raise EctlError(
+            f"no ready {component} pod behind Service {svc.metadata.name}",
+            hint=f"`ectl status` and `ectl logs {component}` show why",
+        )
+    pod = ready[0]
+    target = svc.spec.ports[0].target_port or svc.spec.ports[0].port
+    if isinstance(target, str) and not target.isdigit():
+        ports = [
+            p.container_port
+            for c in pod.spec.containers
+            for p in (c.ports or [])
+            if p.name == target
+        ]
+        if not ports:
+            raise EctlError(f"pod {pod.metadata.name} has no container port named {target}")
+        return pod.metadata.name, ports[0]
+    return pod.metadata.name, int(target)
+
+
+def _pump(src, dst) -> None:
+    try:
+        while True:
+            chunk = src.recv(65536)
+            if not chunk:
+                break
+            dst.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def forward_service(
+    target: Target, component: str, local_port: int = 0, host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """Yield `http://host:port` tunnelled to the component's Service until the block ends."""
+    from kubernetes import client
+    from kubernetes.stream import portforward
+
+    namespace = target.resolved_namespace()
+    api = common.kube_api_client(target)
+    core = client.CoreV1Api(api)
+    pod, port = resolve_backend(core, namespace, target.release, component)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, local_port))
+    except OSError as exc:
+        api.close()
+        raise EctlError(f"cannot listen on {host}:{local_port}: {exc.strerror}") from exc
+    listener.listen(16)
+    stop = threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        try:
+            stream = portforward(
+                core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
+            )
+            remote = stream.socket(port)
+        except Exception as exc:
+            common.err_console.print(f"[yellow]port-forward to {pod}: {exc}[/yellow]")
+            conn.close()
+            return
+        back = threading.Thread(target=_pump, args=(remote, conn), daemon=True)
+        back.start()
+        _pump(conn, remote)
+        back.join(timeout=30)
+        conn.close()
+        remote.close()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield f"http://{host}:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        acceptor.join(timeout=5)
+        api.close()
+
+
+def _component(value: str) -> str:
+    if value not in SERVICES:
+        raise typer.BadParameter(f"choose one of {', '.join(SERVICES)}")
+    return value
+
+
+def port_forward(
+    component: str = typer.Argument(
+        ...,
+        callback=_component,
+        autocompletion=lambda: list(SERVICES),
+        help=f"One of {', '.join(SERVICES)}.",
+    ),
+    local_port: int = typer.Option(0, "--port", "-p", help="Local port (0 = a free one)."),
+    release: str = RELEASE_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+) -> None:
+    """Forward a local port to a release's Service until Ctrl-C (e.g. for `ectl predict`).
+
+    Examples:
+
+      ectl port-forward serving -p 8600 &
+      ectl predict data.txt --url http://127.0.0.1:8600
+
+      ectl port-forward mlflow -p 5000          # then open http://127.0.0.1:5000
+    """
+    target = Target(release, namespace, kubeconfig, context)
+    with forward_service(target, component, local_port) as url:
+        console.print(f"{component} of {release}: [bold]{url}[/bold] (Ctrl-C stops)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+def register(app: typer.Typer) -> None:
+    app.command("port-forward")(port_forward)
