@@ -60,6 +60,32 @@ YAML
 # yamllint comes from the Python environment (pinned in constraints.txt).
 ln -sf "$ROOT/.venv/bin/yamllint" "$BIN/yamllint"
 
+# Test HDFS (docs/hdfs.md): MiniDFSCluster from the pinned hadoop-minicluster jars, built by
+# Maven from scripts/hdfs into $CACHE/hdfs-minicluster-<hash of scripts/hdfs sources> (jars
+# also stay in ~/.m2), linked as .tools/hdfs; scripts/hdfs/minihdfs runs it.
+hdfs_minicluster() {
+  local src="$ROOT/scripts/hdfs" hash cached tmp
+  hash=$(cd "$src" && find pom.xml src -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum \
+    | sha256sum | cut -c1-16)
+  cached="$CACHE/hdfs-minicluster-$hash"
+  if [ ! -f "$cached/minihdfs.jar" ]; then
+    command -v mvn >/dev/null && command -v java >/dev/null \
+      || { echo "bootstrap-tools: Java 17 and Maven (mvn) are required for the test HDFS" >&2; exit 1; }
+    echo "building hdfs-minicluster $hash with Maven ..." >&2
+    tmp=$(mktemp -d "$CACHE/.hdfs-build.XXXXXX") # same filesystem: the mv below is atomic
+    cp -r "$src/pom.xml" "$src/src" "$tmp/"
+    (cd "$tmp" && mvn -B -q -Dstyle.color=never package) >&2 \
+      || { rm -rf "$tmp"; echo "bootstrap-tools: Maven build of scripts/hdfs failed" >&2; exit 1; }
+    mkdir "$tmp/out" && mv "$tmp/target/minihdfs.jar" "$tmp/target/lib" "$tmp/out/"
+    # Atomic publish; a concurrent bootstrap that won the race leaves its copy in place.
+    mv -T "$tmp/out" "$cached" 2>/dev/null || [ -f "$cached/minihdfs.jar" ]
+    rm -rf "$tmp"
+  fi
+  ln -sfn "$cached" "$TOOLS/hdfs"
+  ln -sf "$ROOT/scripts/hdfs/minihdfs" "$BIN/minihdfs"
+}
+hdfs_minicluster
+
 # shellcheck source=tools-env.sh
 source "$ROOT/scripts/tools-env.sh"
 fail=0
@@ -79,4 +105,5 @@ report helm helm version --short
 report kubeconform kubeconform -v
 report helm-unittest helm unittest --help
 report yamllint yamllint --version
+report hdfs-minicluster minihdfs --version
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }
