@@ -6,6 +6,7 @@ the work in the library (so trainers and tests call the same code).
 
 from __future__ import annotations
 
+import json
 import time
 
 import typer
@@ -18,7 +19,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
+from elasticctr.cli._common import OUTPUT_OPTION, OutputFormat
 from elasticctr.errors import EctlError, ValidationError
 
 console = Console()
@@ -130,6 +133,120 @@ def generate_cmd(
         f"oracle AUC on held-out hour {result.heldout}: [bold]{result.oracle_auc:.4f}[/bold] "
         f"(log loss {result.oracle_logloss:.4f}); saved to {result.summary_url}"
     )
+
+
+@data_app.command("profile")
+def profile_cmd(
+    url: str = typer.Argument(
+        ..., help="A data file, a partition folder, or a dataset root (all ready partitions)."
+    ),
+    max_lines: int | None = typer.Option(None, min=1, help="Read at most this many lines."),
+    top: int = typer.Option(1, min=0, help="Top feasigns shown per slot (json: at least 10)."),
+    min_coverage: float = typer.Option(
+        0.01, help="Slots present in fewer lines than this share are not recommended."
+    ),
+    slot_conf_out: str | None = typer.Option(
+        None, "--write-slot-conf", help="Write the recommended slot.conf here."
+    ),
+    output: OutputFormat = OUTPUT_OPTION,
+    hdfs_ugi: str | None = typer.Option(None, envvar="HDFS_UGI", help="HDFS user,password."),
+) -> None:
+    """Per-slot coverage, cardinality, top feasigns and CTR; recommends slot.conf and SPARSE_DIM.
+
+    Example:
+
+      ectl data profile ./demo-data --max-lines 1000000 --write-slot-conf slot.conf
+    """
+    from elasticctr.data import storage
+    from elasticctr.data.config import format_slot_conf
+    from elasticctr.data.profile import profile, resolve_files
+
+    files = resolve_files(url, hdfs_ugi)
+    if output == OutputFormat.json:
+        prof = profile(files, max_lines=max_lines, hdfs_ugi=hdfs_ugi)
+    else:
+        with _progress() as progress:
+            task = progress.add_task("profiling", total=max_lines, rate=f"{len(files)} files")
+            prof = profile(
+                files,
+                max_lines=max_lines,
+                hdfs_ugi=hdfs_ugi,
+                progress=lambda n: progress.advance(task, n),
+            )
+    report = prof.to_dict(
+        top_k=top if output != OutputFormat.json else max(top, 10), min_coverage=min_coverage
+    )
+    rec = report["recommendation"]
+    if slot_conf_out:
+        if not rec["slots"]:
+            raise EctlError("no slot qualifies for slot.conf; nothing written")
+        storage.write_text(slot_conf_out, format_slot_conf(rec["slots"]), hdfs_ugi)
+    if output == OutputFormat.json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    _print_profile(report, top)
+    if slot_conf_out:
+        console.print(f"wrote the recommended slot.conf to {slot_conf_out}")
+
+
+def _print_profile(report: dict, top: int) -> None:
+    table = Table(title=f"{report['samples']:,} samples, CTR {report['ctr']:.4f}")
+    table.add_column("slot", justify="right")
+    table.add_column("coverage", justify="right")
+    table.add_column("ids/line", justify="right")
+    table.add_column("distinct", justify="right")
+    table.add_column("CTR present", justify="right")
+    if top:
+        table.add_column(f"top {top} feasigns (count, CTR)")
+    for row in report["slots"]:
+        distinct = f"{row['cardinality']:,}" + ("" if row["cardinality_exact"] else " ~")
+        cells = [
+            str(row["slot"]),
+            f"{row['coverage']:.1%}",
+            f"{row['values_per_line']:.2f}",
+            distinct,
+            f"{row['ctr_when_present']:.4f}",
+        ]
+        if top:
+            cells.append(
+                ", ".join(f"{t['feasign']} ({t['count']:,}, {t['ctr']:.2f})" for t in row["top"])
+            )
+        table.add_row(*cells)
+    console.print(table)
+    bad = report["malformed"]
+    line = (
+        f"{report['lines']:,} lines read ({report['blank_lines']:,} blank), "
+        f"{bad['lines']:,} malformed ({bad['rate']:.2%})"
+    )
+    if report["truncated"]:
+        line += ", stopped at --max-lines"
+    console.print(line, highlight=False)
+    if bad["lines"]:
+        console.print("  reasons: " + ", ".join(f"{k} {v}" for k, v in bad["reasons"].items()))
+        for example in bad["examples"]:
+            console.print(f"  {example}", markup=False, highlight=False)
+    rec = report["recommendation"]
+    console.print(
+        f"recommended slot.conf: {len(rec['slots'])} slots "
+        f"{_compact(rec['slots'])}; SPARSE_DIM {rec['sparse_dim']:,} "
+        f"({rec['distinct_feasigns']:,} distinct feasigns, "
+        f"~{rec['expected_collision_share']:.1%} share a bucket; 0 keeps raw feasigns)",
+        highlight=False,
+    )
+    for slot, why in rec["dropped"].items():
+        console.print(f"  slot {slot} left out: {why}", highlight=False)
+
+
+def _compact(slots: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, i = [], 0
+    while i < len(slots):
+        j = i
+        while j + 1 < len(slots) and slots[j + 1] == slots[j] + 1:
+            j += 1
+        parts.append(str(slots[i]) if i == j else f"{slots[i]}-{slots[j]}")
+        i = j + 1
+    return ",".join(parts)
 
 
 def register(app: typer.Typer) -> None:
