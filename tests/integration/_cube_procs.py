@@ -61,7 +61,8 @@ class ShardProc:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ShardProc:
-        self.port = free_port()
+        """Start (or restart on the same port: clients keep their shard URLs)."""
+        self.port = self.port or free_port()
         self.proc = subprocess.Popen(
             [*self.args, "--port", str(self.port)],
             stdout=open(self.log, "ab"),  # noqa: SIM115 - the child owns it

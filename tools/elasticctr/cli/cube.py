@@ -131,7 +131,7 @@ def transfer(
             t.publish(version)
             return
         if once:
-            published = t.poll_once()
+            published = t.poll_once(raise_errors=True)
             typer.echo(f"published {published}" if published else "no new version")
             return
         stopping = []

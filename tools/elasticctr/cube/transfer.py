@@ -42,6 +42,12 @@ STATE_FILE = "transfer.json"
 LOCK_FILE = ".transfer.lock"
 
 
+def describe(exc: EctlError) -> str:
+    """The message with every listed problem (ValidationError keeps them apart)."""
+    problems = getattr(exc, "problems", None) or []
+    return "; ".join([str(exc), *problems])
+
+
 class SwitchFailed(EctlError):
     """Phase 1 failed on some shard; no shard switched."""
 
@@ -206,7 +212,7 @@ class Transfer:
                     )
                 self._switch(version, state)
             except EctlError as exc:
-                state["failed"][version] = str(exc)
+                state["failed"][version] = describe(exc)
                 if version not in state["published"]:
                     state["published"].append(version)
                 self._save(state)
@@ -229,8 +235,12 @@ class Transfer:
             self._switch(version, state)
             self.echo(f"rolled back to {version} on {self.num_shards} shards")
 
-    def poll_once(self) -> str | None:
-        """Publish the newest unseen version, if any; repair lagging shards. Returns it."""
+    def poll_once(self, *, raise_errors: bool = False) -> str | None:
+        """Publish the newest unseen version, if any; repair lagging shards. Returns it.
+
+        A rejected version is recorded as failed (never retried automatically) and
+        reported; with `raise_errors` the error is raised too.
+        """
         with self._locked():
             self.reconcile()
         state = self.state()
@@ -243,7 +253,9 @@ class Transfer:
         try:
             self.publish(version)
         except EctlError as exc:
-            self.echo(f"version {version} rejected: {exc}")
+            self.echo(f"version {version} rejected: {describe(exc)}")
+            if raise_errors:
+                raise
             return None
         return version
 
