@@ -1,0 +1,220 @@
+"""elasticctr.values: the chart's defaults, schemas and cross-field rules, without helm.
+
+tests/chart/test_chart.py checks that helm reports the same problems for the same values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from elasticctr import values as V
+from elasticctr.errors import EctlError, ValidationError
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "elasticctr"
+
+
+@pytest.fixture(scope="module")
+def chart() -> V.Umbrella:
+    return V.load_chart(CHART)
+
+
+def test_chart_loads_umbrella_and_every_subchart(chart):
+    assert chart.chart.name == "elasticctr"
+    assert [s.name for s in chart.subcharts] == [
+        "trainer",
+        "fileserver",
+        "mlflow",
+        "cube",
+        "serving",
+    ]
+    for sub in chart.subcharts:
+        assert sub.condition == f"{sub.name}.enabled"
+        assert sub.schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    "values_file",
+    sorted((REPO / "values").glob("*.yaml")) + sorted((CHART / "ci").glob("*-values.yaml")),
+    ids=lambda p: p.name,
+)
+def test_shipped_values_files_are_valid(values_file, chart):
+    assert V.validate_files([values_file], chart) == []
+
+
+def test_defaults_are_valid(chart):
+    assert V.validate({}, chart) == []
+
+
+def test_effective_values_layer_subchart_umbrella_and_user(chart):
+    values = V.effective_values({"cube": {"shards": 5}}, chart)
+    assert values["cube"]["shards"] == 5
+    assert values["cube"]["keepVersions"] == 3  # subchart default survives
+    assert values["cube"]["enabled"] is True  # umbrella default
+    assert values["global"]["data"]["slots"][0] == 0
+
+
+def test_lists_are_replaced_and_null_removes_a_default(chart):
+    values = V.effective_values(
+        {"global": {"data": {"slots": [7]}}, "trainer": {"nodeSelector": None}}, chart
+    )
+    assert values["global"]["data"]["slots"] == [7]
+    assert "nodeSelector" not in values["trainer"]
+
+
+def test_null_between_files_still_removes_the_default(tmp_path, chart):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("trainer:\n  model:\n    dropout: 0.5\n")
+    b.write_text("trainer:\n  model:\n    dropout: null\n")
+    merged = V.load_files([a, b])
+    assert merged["trainer"]["model"]["dropout"] is None
+    # Removing a required key is a problem the schema reports, like helm would.
+    assert V.validate(merged, chart) == ["trainer.model.dropout: required"]
+
+
+def test_schema_problems_are_paths_with_actionable_messages(chart):
+    problems = V.validate(
+        {
+            "global": {"image": {"tag": "latest"}, "data": {"startDateHour": "2020-04-01"}},
+            "trainer": {"model": {"name": "gbdt"}, "bogus": 1},
+            "cube": {"shards": 0},
+        },
+        chart,
+    )
+    assert "global.image.tag: must not be 'latest'" in problems
+    assert any(
+        p.startswith("global.data.startDateHour: '2020-04-01' does not match")
+        and "YYYYMMDD/HH" in p
+        for p in problems
+    )
+    assert any(p.startswith("trainer.model.name: 'gbdt' is not one of") for p in problems)
+    assert any(p.startswith("trainer.bogus: unknown key (allowed: ") for p in problems)
+    assert "cube.shards: 0 is less than the minimum of 1" in problems
+    assert len(problems) == 5
+
+
+def test_unknown_top_level_key_is_reported(chart):
+    assert V.validate({"trainers": {}}, chart) == [
+        "trainers: unknown key (allowed: cube, fileserver, global, mlflow, serving, tests, trainer)"
+    ]
+
+
+def test_disabled_subchart_is_not_schema_checked(chart):
+    assert (
+        V.validate({"cube": {"enabled": False, "shards": 0}, "serving": {"enabled": False}}, chart)
+        == []
+    )
+
+
+# Each cross-field rule of elasticctr.validateValues, with its exact message.
+RULES = [
+    (
+        {"trainer": {"trainer": {"replicas": 2, "minReplicas": 3}}},
+        "trainer.trainer.minReplicas: 3 is more than trainer.trainer.replicas (2)",
+    ),
+    (
+        {"fileserver": {"enabled": False}, "global": {"modelStore": "hdfs://nn:8020/m"}},
+        "global.data.path: required when fileserver.enabled is false "
+        "(empty means the release's fileserver)",
+    ),
+    (
+        {"global": {"data": {"path": "hdfs:///ctr/data"}}},
+        "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL "
+        "without a namenode",
+    ),
+    (
+        {"trainer": {"serviceAccount": {"create": False}}},
+        "trainer.rbac.create: needs trainer.serviceAccount.create "
+        "(the Role is bound to the coordinator's ServiceAccount)",
+    ),
+    (
+        {"global": {"data": {"startDateHour": "20200402/00", "endDateHour": "20200401/23"}}},
+        "global.data.endDateHour: 20200401/23 is before global.data.startDateHour 20200402/00",
+    ),
+    (
+        {"fileserver": {"enabled": False}, "global": {"data": {"path": "file:///d"}}},
+        "global.modelStore: required when fileserver.enabled is false "
+        "(empty means the release's fileserver)",
+    ),
+    (
+        {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "tok"}}},
+        "fileserver.auth: set token or existingSecret, not both",
+    ),
+    (
+        {"cube": {"enabled": False}},
+        "serving.enabled: serving needs cube.enabled (it looks embeddings up in the cube shards)",
+    ),
+    (
+        {"serving": {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}},
+        "serving.autoscaling.minReplicas: 5 is more than serving.autoscaling.maxReplicas (3)",
+    ),
+    (
+        {"serving": {"autoscaling": {"enabled": False}, "replicas": 1}},
+        "serving.podDisruptionBudget.minAvailable: 1 must be lower than the minimum replica "
+        "count (1), or no node could ever be drained",
+    ),
+    (
+        {"serving": {"ingress": {"enabled": True}}},
+        "serving.ingress.host: required when serving.ingress.enabled",
+    ),
+    (
+        {"mlflow": {"backendStore": {"type": "external"}}},
+        "mlflow.backendStore.existingSecret: required when mlflow.backendStore.type is external",
+    ),
+    (
+        {"mlflow": {"ingress": {"enabled": True}}},
+        "mlflow.ingress.host: required when mlflow.ingress.enabled",
+    ),
+    (
+        {"cube": {"shards": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
+        "cube.podDisruptionBudget.maxUnavailable: 2 would let every shard (2) go down at once",
+    ),
+]
+
+
+@pytest.mark.parametrize("user,message", RULES, ids=[m.split(":")[0] for _, m in RULES])
+def test_cross_field_rule(user, message, chart):
+    assert V.validate(user, chart) == [message]
+
+
+def test_all_cross_field_problems_are_reported_together(chart):
+    problems = V.validate(
+        {
+            "trainer": {"trainer": {"replicas": 1, "minReplicas": 2}},
+            "serving": {"ingress": {"enabled": True}},
+            "mlflow": {"ingress": {"enabled": True}},
+        },
+        chart,
+    )
+    assert [p.split(":")[0] for p in problems] == [
+        "trainer.trainer.minReplicas",
+        "serving.ingress.host",
+        "mlflow.ingress.host",
+    ]
+
+
+def test_bad_files_raise_user_errors(tmp_path, chart):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer: [unclosed\n")
+    with pytest.raises(ValidationError, match=r"broken.yaml:\d+:\d+: not valid YAML"):
+        V.validate_files([broken], chart)
+    listing = tmp_path / "list.yaml"
+    listing.write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ValidationError, match="must be a mapping, got list"):
+        V.validate_files([listing], chart)
+    with pytest.raises(EctlError, match="cannot read values file"):
+        V.validate_files([tmp_path / "missing.yaml"], chart)
+    with pytest.raises(EctlError, match="no chart at"):
+        V.load_chart(tmp_path)
+
+
+def test_non_mapping_values_are_a_problem_not_a_crash(chart):
+    assert V.validate([1], chart) == ["(root): values must be a mapping, got list"]  # type: ignore[arg-type]
+    # Wrong types inside are schema problems; the cross-field rules skip what they cannot read.
+    problems = V.validate({"serving": {"autoscaling": "yes"}}, chart)
+    assert problems == ["serving.autoscaling: 'yes' is not of type 'object'"]

@@ -1,0 +1,395 @@
+"""Values of the umbrella chart, checked the way Helm checks them, for `ectl validate`.
+
+One source of truth: the chart's own files. This module reads the umbrella's and every
+subchart's `values.yaml` (defaults) and `values.schema.json`, merges user values files
+over them with Helm's rules, validates each chart's schema against the part of the values
+Helm gives that chart, and applies the same cross-field rules as the chart's
+`elasticctr.validateValues` helper (charts/elasticctr/templates/_helpers.tpl), with the
+same messages. Every problem comes back as one `path: message` string.
+
+It owns no chart content and never shells out to helm (so `ectl validate` works without
+helm installed); tests/chart compares its answers with helm's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft7Validator
+from jsonschema.exceptions import ValidationError as SchemaError
+
+from elasticctr.constants import chart_dir
+from elasticctr.errors import EctlError, ValidationError
+
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart directory: its default values and its values schema."""
+
+    name: str
+    path: Path
+    defaults: Values
+    schema: dict[str, Any] | None
+    condition: str | None = None  # e.g. "trainer.enabled" (subcharts only)
+
+
+@dataclass(frozen=True)
+class Umbrella:
+    chart: Chart
+    subcharts: list[Chart] = field(default_factory=list)
+
+
+def _read_yaml_mapping(path: Path, what: str) -> Values:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise EctlError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValidationError(f"{where}: not valid YAML ({problem})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValidationError(f"{path}: {what} must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _load_chart(path: Path, condition: str | None = None) -> Chart:
+    meta = _read_yaml_mapping(path / "Chart.yaml", "Chart.yaml")
+    values_file = path / "values.yaml"
+    defaults = _read_yaml_mapping(values_file, "values file") if values_file.exists() else {}
+    schema_file = path / "values.schema.json"
+    schema = None
+    if schema_file.exists():
+        try:
+            schema = json.loads(schema_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise EctlError(f"{schema_file}: not valid JSON ({exc})") from exc
+    return Chart(meta.get("name", path.name), path, defaults, schema, condition)
+
+
+def load_chart(chart: Path | None = None) -> Umbrella:
+    """The umbrella chart at `chart` (default: constants.chart_dir()) and its local subcharts."""
+    root = Path(chart) if chart is not None else chart_dir()
+    if not (root / "Chart.yaml").is_file():
+        raise EctlError(f"no chart at {root}", hint="set ELASTICCTR_CHART_DIR to charts/elasticctr")
+    umbrella = _load_chart(root)
+    meta = _read_yaml_mapping(root / "Chart.yaml", "Chart.yaml")
+    subcharts = []
+    for dep in meta.get("dependencies") or []:
+        sub_path = root / "charts" / dep["name"]
+        if not (sub_path / "Chart.yaml").is_file():
+            raise EctlError(f"{root}: dependency {dep['name']} is not unpacked in charts/")
+        subcharts.append(_load_chart(sub_path, dep.get("condition")))
+    return Umbrella(umbrella, subcharts)
+
+
+def merge(base: Values, override: Values, *, drop_nulls: bool = True) -> Values:
+    """Helm's values merge: maps merge key by key, other values (lists too) are replaced,
+    and an explicit null removes the key (how users unset a default). Between user files
+    (`drop_nulls=False`) a null is kept, so it still removes the chart's default later."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None and drop_nulls:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value, drop_nulls=drop_nulls)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _dig(values: Any, dotted: str, default: Any = None) -> Any:
+    node = values
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _enabled(values: Values, condition: str | None) -> bool:
+    """Helm's `condition`: a missing path means enabled; a non-bool value too."""
+    if not condition:
+        return True
+    value = _dig(values, condition)
+    return value if isinstance(value, bool) else True
+
+
+def effective_values(user: Values, chart: Path | Umbrella | None = None) -> Values:
+    """What the umbrella's templates see: subchart defaults < umbrella defaults < user."""
+    umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
+    values = copy.deepcopy(umbrella.chart.defaults)
+    for sub in umbrella.subcharts:
+        section = values.get(sub.name)
+        values[sub.name] = merge(
+            {k: v for k, v in sub.defaults.items() if k != "global"},
+            section if isinstance(section, dict) else {},
+        )
+    return merge(values, user)
+
+
+def _subchart_values(values: Values, sub: Chart) -> Values:
+    """What Helm hands a subchart: its section plus the parent's globals over its own."""
+    section = copy.deepcopy(values.get(sub.name) or {})
+    own_global = sub.defaults.get("global") if isinstance(sub.defaults.get("global"), dict) else {}
+    parent_global = values.get("global") if isinstance(values.get("global"), dict) else {}
+    section["global"] = merge(own_global, parent_global)
+    return section
+
+
+def _path(prefix: str, parts: Any) -> str:
+    out = prefix
+    for part in parts:
+        out = f"{out}[{part}]" if isinstance(part, int) else (f"{out}.{part}" if out else part)
+    return out or "(root)"
+
+
+def _describe(error: SchemaError, prefix: str) -> list[str]:
+    """One jsonschema error as `path: message` lines a person can act on."""
+    where = _path(prefix, error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in schema.get("properties", {}))
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return [
+            f"{_path(where if where != '(root)' else '', [k])}: unknown key{hint}" for k in extra
+        ]
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return [f"{_path(where if where != '(root)' else '', [missing])}: required"]
+    if error.validator == "not" and isinstance(error.validator_value, dict):
+        banned = error.validator_value.get("const")
+        if banned is not None:
+            return [f"{where}: must not be {banned!r}"]
+    message = error.message
+    if error.validator in ("pattern", "anyOf") and schema.get("description"):
+        message = f"{message} (expected: {schema['description']})"
+    return [f"{where}: {message}"]
+
+
+def _schema_problems(schema: dict[str, Any] | None, instance: Values, prefix: str) -> list[str]:
+    if not schema:
+        return []
+    validator = Draft7Validator(schema)
+    problems: list[str] = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
+        for line in _describe(error, prefix):
+            if line not in problems:
+                problems.append(line)
+    return problems
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(value)
+    return int(value)
+
+
+def cross_field_problems(values: Values) -> list[str]:
+    """The chart's `elasticctr.validateValues` rules, same order and messages.
+
+    A rule whose inputs have the wrong type is skipped: the schema already reports them.
+    """
+    problems: list[str] = []
+    g = values.get("global") or {}
+    data = g.get("data") or {}
+
+    def on(name: str) -> bool:
+        return bool(_dig(values, f"{name}.enabled", True))
+
+    def rule(check) -> None:
+        try:
+            message = check()
+        except (TypeError, AttributeError, KeyError):
+            return
+        if message:
+            problems.append(message)
+
+    fileserver = on("fileserver")
+    if on("trainer"):
+        t = _dig(values, "trainer.trainer", {})
+
+        def min_trainers():
+            lo, hi = _int(t["minReplicas"]), _int(t["replicas"])
+            if lo > hi:
+                return (
+                    f"trainer.trainer.minReplicas: {lo} is more than "
+                    f"trainer.trainer.replicas ({hi})"
+                )
+
+        rule(min_trainers)
+        rule(
+            lambda: (
+                (not data.get("path") and not fileserver)
+                and "global.data.path: required when fileserver.enabled is false "
+                "(empty means the release's fileserver)"
+            )
+        )
+        rule(
+            lambda: (
+                (str(data.get("path") or "").startswith("hdfs:///") and not data.get("hdfsAddress"))
+                and "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL "
+                "without a namenode"
+            )
+        )
+        rule(
+            lambda: (
+                (
+                    _dig(values, "trainer.rbac.create")
+                    and not _dig(values, "trainer.serviceAccount.create")
+                )
+                and "trainer.rbac.create: needs trainer.serviceAccount.create "
+                "(the Role is bound to the coordinator's ServiceAccount)"
+            )
+        )
+
+    def date_order():
+        start, end = str(data["startDateHour"]), data.get("endDateHour")
+        if end and str(end) < start:
+            return f"global.data.endDateHour: {end} is before global.data.startDateHour {start}"
+
+    rule(date_order)
+    rule(
+        lambda: (
+            (
+                not g.get("modelStore")
+                and not fileserver
+                and (on("trainer") or on("cube") or on("serving"))
+            )
+            and "global.modelStore: required when fileserver.enabled is false "
+            "(empty means the release's fileserver)"
+        )
+    )
+    rule(
+        lambda: (
+            (
+                fileserver
+                and _dig(values, "fileserver.auth.token")
+                and _dig(values, "fileserver.auth.existingSecret")
+            )
+            and "fileserver.auth: set token or existingSecret, not both"
+        )
+    )
+    if on("serving"):
+        s = values.get("serving") or {}
+        rule(
+            lambda: (
+                (not on("cube"))
+                and "serving.enabled: serving needs cube.enabled "
+                "(it looks embeddings up in the cube shards)"
+            )
+        )
+        floor = {"n": None}
+
+        def replicas():
+            floor["n"] = _int(s["replicas"])
+            a = s["autoscaling"]
+            if a["enabled"]:
+                lo, hi = _int(a["minReplicas"]), _int(a["maxReplicas"])
+                floor["n"] = lo
+                if lo > hi:
+                    return (
+                        f"serving.autoscaling.minReplicas: {lo} is more than "
+                        f"serving.autoscaling.maxReplicas ({hi})"
+                    )
+
+        rule(replicas)
+
+        def pdb():
+            budget = s["podDisruptionBudget"]
+            if floor["n"] is not None and budget["enabled"]:
+                keep = _int(budget["minAvailable"])
+                if keep >= floor["n"]:
+                    return (
+                        f"serving.podDisruptionBudget.minAvailable: {keep} must be lower than "
+                        f"the minimum replica count ({floor['n']}), or no node could ever be "
+                        "drained"
+                    )
+
+        rule(pdb)
+        rule(
+            lambda: (
+                (s["ingress"]["enabled"] and not s["ingress"].get("host"))
+                and "serving.ingress.host: required when serving.ingress.enabled"
+            )
+        )
+    if on("mlflow"):
+        m = values.get("mlflow") or {}
+        rule(
+            lambda: (
+                (
+                    m["backendStore"]["type"] == "external"
+                    and not m["backendStore"].get("existingSecret")
+                )
+                and "mlflow.backendStore.existingSecret: required when mlflow.backendStore.type is "
+                "external"
+            )
+        )
+        rule(
+            lambda: (
+                (m["ingress"]["enabled"] and not m["ingress"].get("host"))
+                and "mlflow.ingress.host: required when mlflow.ingress.enabled"
+            )
+        )
+    if on("cube"):
+
+        def cube_pdb():
+            c = values["cube"]
+            shards = _int(c["shards"])
+            budget = c["podDisruptionBudget"]
+            down = _int(budget["maxUnavailable"])
+            if budget["enabled"] and down >= shards and shards > 1:
+                return (
+                    f"cube.podDisruptionBudget.maxUnavailable: {down} would let every shard "
+                    f"({shards}) go down at once"
+                )
+
+        rule(cube_pdb)
+    return problems
+
+
+def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
+    """Every problem of `user` values (merged over the chart's defaults) as `path: message`.
+
+    Like Helm: the umbrella schema sees all values, each enabled subchart's schema sees its
+    own section plus `global`; then the cross-field rules. Empty list = valid.
+    """
+    if not isinstance(user, dict):
+        return [f"(root): values must be a mapping, got {type(user).__name__}"]
+    umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
+    values = effective_values(user, umbrella)
+    problems = _schema_problems(umbrella.chart.schema, values, "")
+    for sub in umbrella.subcharts:
+        if _enabled(values, sub.condition):
+            section = _subchart_values(values, sub)
+            for line in _schema_problems(sub.schema, section, sub.name):
+                if line not in problems:
+                    problems.append(line)
+    problems += [p for p in cross_field_problems(values) if p not in problems]
+    return problems
+
+
+def load_files(files: list[Path]) -> Values:
+    """Merge user values files like `helm -f a -f b` (later files win)."""
+    merged: Values = {}
+    for path in files:
+        merged = merge(merged, _read_yaml_mapping(Path(path), "values file"), drop_nulls=False)
+    return merged
+
+
+def validate_files(files: list[Path], chart: Path | Umbrella | None = None) -> list[str]:
+    """`validate()` of the files merged in order; unreadable or non-YAML files raise."""
+    return validate(load_files(files), chart)
