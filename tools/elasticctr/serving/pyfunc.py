@@ -1,0 +1,117 @@
+"""An exported version as an MLflow pyfunc model: dense model + embeddings in one artifact.
+
+`mlflow models serve` of it answers exactly what `ectl serve` answers for the same version:
+both call `elasticctr.serving.model.Scorer` (pool per slot + dense forward), and both
+decode ElasticCTR lines with the same parser. Input: a DataFrame with a `line` column (or
+a list of lines); output: one probability per line.
+
+    python -m elasticctr.serving.pyfunc STORE VERSION [--tracking-uri URI] [--register NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import mlflow
+import numpy as np
+
+from elasticctr.errors import ValidationError
+
+ARTIFACT = "version"
+INPUT_COLUMN = "line"
+
+
+class CTRModel(mlflow.pyfunc.PythonModel):
+    """The pyfunc wrapper; the version directory is its one artifact."""
+
+    def load_context(self, context):
+        from elasticctr.data.parser import LineParser
+        from elasticctr.serving.model import (
+            DENSE_DIR,
+            DenseModel,
+            LocalTable,
+            Scorer,
+            VersionInfo,
+            read_manifest,
+            sparse_parts,
+        )
+
+        vdir = Path(context.artifacts[ARTIFACT])
+        manifest = read_manifest(vdir)
+        info = VersionInfo.from_manifest(manifest)
+        self.scorer = Scorer(info, DenseModel(vdir / DENSE_DIR, len(info.slots), info.dim))
+        self.table = LocalTable.from_parts(sparse_parts(vdir, manifest), info.dim)
+        self.parser = LineParser(info.slots, info.sparse_dim)
+
+    def predict(self, context, model_input, params=None):
+        from elasticctr.serving.model import Scorer
+        from elasticctr.serving.samples import CT_LINES, Limits, RequestError, decode
+
+        lines = _lines(model_input)
+        data = "\n".join(lines).encode() + b"\n"
+        limits = Limits(max_samples=len(lines) + 1, max_body_bytes=len(data) + 1,
+                        max_features=1 << 30)  # fmt: skip
+        try:
+            batch = decode(data, CT_LINES, self.parser, limits).batch
+        except RequestError as exc:
+            raise ValidationError(exc.message, exc.problems) from exc
+        keys = Scorer.keys_of(batch)
+        return self.scorer.score(batch, keys, self.table.lookup(keys)).astype(np.float64)
+
+
+def _lines(model_input) -> list[str]:
+    import pandas as pd
+
+    if isinstance(model_input, pd.DataFrame):
+        col = INPUT_COLUMN if INPUT_COLUMN in model_input.columns else model_input.columns[0]
+        values = model_input[col].tolist()
+    elif isinstance(model_input, str):
+        values = [model_input]
+    else:
+        values = list(np.asarray(model_input).reshape(-1))
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+def log_version(
+    version_dir: Path,
+    version: str,
+    *,
+    tracking_uri: str | None = None,
+    experiment: str = "elasticctr-serving",
+    registered_model_name: str | None = None,
+) -> str:
+    """Log `version_dir` (verified copy of one version) as a pyfunc model; returns its URI."""
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=f"version {version}") as run:
+        mlflow.set_tag("elasticctr.version", version)
+        mlflow.pyfunc.log_model(
+            name="model",
+            python_model=CTRModel(),
+            artifacts={ARTIFACT: str(version_dir)},
+            pip_requirements=["elasticctr", "paddlepaddle==3.0.0", "numpy", "pandas"],
+            registered_model_name=registered_model_name,
+        )
+        return f"runs:/{run.info.run_id}/model"
+
+
+def main() -> None:
+    from elasticctr.serving import store
+
+    ap = argparse.ArgumentParser(description="Log a model version as an MLflow pyfunc model.")
+    ap.add_argument("store")
+    ap.add_argument("version")
+    ap.add_argument("--tracking-uri")
+    ap.add_argument("--experiment", default="elasticctr-serving")
+    ap.add_argument("--register", help="also register it under this model name")
+    ap.add_argument("--cache", type=Path, default=Path(".elasticctr/serving-cache"))
+    args = ap.parse_args()
+    vdir = store.fetch(args.store, args.version, args.cache, dense_only=False)
+    print(log_version(vdir, args.version, tracking_uri=args.tracking_uri,
+                      experiment=args.experiment, registered_model_name=args.register))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
