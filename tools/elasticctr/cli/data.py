@@ -22,6 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from elasticctr.cli._common import OUTPUT_OPTION, OutputFormat
+from elasticctr.constants import DEFAULT_MAX_ERROR_RATE
 from elasticctr.errors import EctlError, ValidationError
 
 console = Console()
@@ -247,6 +248,137 @@ def _compact(slots: list[int]) -> str:
         parts.append(str(slots[i]) if i == j else f"{slots[i]}-{slots[j]}")
         i = j + 1
     return ",".join(parts)
+
+
+def _names(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _parent(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[0] if "/" in url.rstrip("/") else "."
+
+
+@data_app.command("convert")
+def convert_cmd(
+    inputs: list[str] = typer.Argument(..., help="Raw files (path or URL), converted in order."),
+    kind: str = typer.Option(..., "--from", help="Input format: criteo (TSV, 40 fields) or csv."),
+    out: str = typer.Option(..., "--out", help="Output data file, or dataset root with --hour."),
+    hour: str | None = typer.Option(
+        None, help="Write OUT/YYYYMMDD/HH/part-00000 + donefile (a ready partition)."
+    ),
+    spec_in: str | None = typer.Option(
+        None, help="Reuse this features.json (same buckets and feasigns as before): no fitting."
+    ),
+    spec_out: str | None = typer.Option(
+        None, help="Where to save the fitted features.json (default: beside the output)."
+    ),
+    label: str = typer.Option("label", help="Label column (0/1)."),
+    numeric: str | None = typer.Option(None, help="Numeric columns, comma-separated."),
+    categorical: str | None = typer.Option(None, help="Categorical columns, comma-separated."),
+    drop: str | None = typer.Option(None, help="Columns to ignore, comma-separated."),
+    columns: str | None = typer.Option(None, help="Column names of a CSV without header."),
+    header: bool = typer.Option(True, help="The CSV's first row names the columns."),
+    delimiter: str | None = typer.Option(None, help="CSV delimiter (default ',')."),
+    buckets: int = typer.Option(16, help="Quantile buckets per numeric column."),
+    max_error_rate: float = typer.Option(
+        DEFAULT_MAX_ERROR_RATE, help="Share of bad rows a file may have."
+    ),
+    hdfs_ugi: str | None = typer.Option(None, envvar="HDFS_UGI", help="HDFS user,password."),
+) -> None:
+    """Convert raw tables to ElasticCTR lines: categorical values hashed per slot, numeric
+    values bucketized by quantiles; the feature spec (features.json) is what serving reuses.
+
+    Numeric vs. categorical: fixed for criteo (I1-I13, C1-C26); for csv from --numeric /
+    --categorical, else inferred (a column whose values all parse as numbers is numeric).
+
+    Examples:
+
+      ectl data convert train.tsv --from criteo --out ./data --hour 20200401/00
+
+      ectl data convert day2.csv --from csv --out ./data --hour 20200402/00 \\
+        --spec-in ./data/features.json
+    """
+    from elasticctr.data import storage
+    from elasticctr.data.config import format_slot_conf, parse_date_hour
+    from elasticctr.data.convert import ConvertOptions, convert, fit
+    from elasticctr.data.features import FEATURES_JSON, read_spec
+    from elasticctr.data.partitions import partition_url
+
+    opts = ConvertOptions(
+        kind=kind,
+        delimiter=delimiter,
+        header=header,
+        columns=_names(columns),
+        label=label,
+        numeric=_names(numeric),
+        categorical=_names(categorical),
+        drop=_names(drop) or [],
+        buckets=buckets,
+        max_error_rate=max_error_rate,
+    )
+    opts.validate()
+    if hour is not None:
+        try:
+            parse_date_hour(hour)
+        except ValueError as exc:
+            raise ValidationError(f"--hour: {exc}") from None
+        folder = partition_url(out, hour)
+        data_url = storage.join(folder, "part-00000")
+        root = out
+    else:
+        folder, data_url, root = None, out, _parent(out)
+    with _progress() as progress:
+        if spec_in:
+            spec = read_spec(spec_in, hdfs_ugi)
+            if spec.input.get("kind") != kind:
+                raise ValidationError(
+                    f"{spec_in} was fitted on --from {spec.input.get('kind')}, not {kind}"
+                )
+        else:
+            task = progress.add_task("fitting", total=None, rate="")
+            spec = fit(
+                inputs, opts, hdfs_ugi=hdfs_ugi, progress=lambda n: progress.advance(task, n)
+            )
+            progress.update(task, total=progress.tasks[task].completed, rate="done")
+        task = progress.add_task("converting", total=None, rate="")
+        result = convert(
+            inputs,
+            spec,
+            data_url,
+            opts,
+            hdfs_ugi=hdfs_ugi,
+            progress=lambda n: progress.advance(task, n),
+        )
+    written_spec = None
+    if not spec_in or spec_out:
+        written_spec = spec_out or storage.join(root, FEATURES_JSON)
+        storage.write_text(written_spec, spec.to_json(), hdfs_ugi)
+    storage.write_text(storage.join(root, "slot.conf"), format_slot_conf(spec.slots), hdfs_ugi)
+    if folder is not None:
+        from elasticctr.data.convert import mark_done
+
+        mark_done(folder, hdfs_ugi)
+    numeric_n = sum(1 for f in spec.features if f.kind == "numeric")
+    console.print(
+        f"wrote {result.rows:,} lines to {data_url} "
+        f"(CTR {result.clicks / max(1, result.rows):.4f}); "
+        f"{len(spec.features)} slots: {numeric_n} numeric (bucketized), "
+        f"{len(spec.features) - numeric_n} categorical (hashed)",
+        highlight=False,
+    )
+    for stats in result.files:
+        if stats.malformed:
+            console.print(
+                f"  {stats.source}: {stats.malformed} bad rows skipped "
+                f"({', '.join(f'{k} {v}' for k, v in stats.reasons.items())})",
+                highlight=False,
+            )
+            for example in stats.examples[:3]:
+                console.print(f"    {example}", markup=False, highlight=False)
+    if written_spec:
+        console.print(f"feature spec: {written_spec}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
