@@ -290,6 +290,13 @@ class GenerateResult:
     oracle_logloss: float
     heldout: str
     summary_url: str
+    setup_seconds: float = 0.0  # building the model and rendering vocabularies
+
+    @property
+    def steady_lines_per_second(self) -> float:
+        """Lines/s once the model exists (what grows with the data size)."""
+        busy = self.seconds - self.setup_seconds
+        return self.lines / busy if busy > 0 else float("inf")
 
     @property
     def lines_per_second(self) -> float:
@@ -323,6 +330,7 @@ def generate(
     model = SyntheticModel(spec)
     model.tokens()  # render vocabularies once, before forking workers
     _init_worker(model)
+    setup_seconds = time.perf_counter() - began
     hour_list = [start + HOUR * i for i in range(hours)]
     heldout = hour_list[-1]
     tasks = [
@@ -406,6 +414,7 @@ def generate(
         oracle_logloss=oracle_ll,
         heldout=format_date_hour(heldout),
         summary_url=summary_url,
+        setup_seconds=setup_seconds,
     )
 
 
