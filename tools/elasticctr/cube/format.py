@@ -280,18 +280,18 @@ class ShardFile:
         match = (cand == q[:, None]).view(np.uint64).ravel()  # needs WINDOW == 8
         hit = (match != 0) & (q != self._sentinel)  # the sentinel marks empty slots
         out = self.trows.take(base + np.searchsorted(_MATCH_AT, match)).astype(np.int64)
-        if hit.all():
+        miss = np.flatnonzero(~hit)
+        if not miss.size:
             return out
-        out[~hit] = -1
+        out[miss] = -1
         # A key is absent if its window has an empty slot; a full window means it may
         # have been left out of the table: ask the sorted keys.
-        full = ~hit & ~(cand == self._sentinel).any(axis=1)
-        if full.any():
-            idx = np.flatnonzero(full)
-            pos = np.searchsorted(self.keys, q[idx])
-            pos = np.minimum(pos, self.header.count - 1)
-            found = self.keys[pos] == q[idx]
-            out[idx[found]] = pos[found]
+        full = miss[~(cand[miss] == self._sentinel).any(axis=1)]
+        if full.size:
+            qf = q[full]
+            pos = np.minimum(np.searchsorted(self.keys, qf), self.header.count - 1)
+            found = self.keys[pos] == qf
+            out[full[found]] = pos[found]
         return out
 
     def lookup(self, query: np.ndarray) -> tuple[np.ndarray, int]:
