@@ -26,10 +26,9 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
+from elasticctr.cli.status import COMPONENT_LABEL, INSTANCE_LABEL, LABEL_OF
 from elasticctr.errors import EctlError
 
-COMPONENT_LABEL = "app.kubernetes.io/component"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 SERVICES = ("serving", "mlflow", "fileserver", "coordinator", "cube-transfer", "cube")
 
 
@@ -40,21 +39,22 @@ def _ready(pod) -> bool:
 
 
 def resolve_backend(core, namespace: str, release: str, component: str) -> tuple[str, int]:
-    """(pod name, container port) of a ready pod behind the component's Service."""
+    """(pod name, container port) of a ready pod behind the component's Service.
+
+    The coordinator has no Service (it is a task of the Volcano Job): its pod is used
+    directly, on its first declared container port.
+    """
+    label = LABEL_OF.get(component, component)
+    selector = f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={label}"
     try:
         services = core.list_namespaced_service(
-            namespace,
-            label_selector=f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={component}",
-            _request_timeout=REQUEST_TIMEOUT,
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
         ).items
     except Exception as exc:
         raise common.kube_error(exc, f"cannot find the {component} service") from exc
     services = [s for s in services if s.spec.selector and s.spec.ports]
     if not services:
-        raise EctlError(
-            f"release {release} has no {component} Service in {namespace}",
-            hint="is the component enabled in the values? `ectl status` lists what runs",
-        )
+        return _pod_backend(core, namespace, release, component, selector)
     svc = services[0]
     selector = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
     try:
@@ -82,6 +82,25 @@ def resolve_backend(core, namespace: str, release: str, component: str) -> tuple
             raise EctlError(f"pod {pod.metadata.name} has no container port named {target}")
         return pod.metadata.name, ports[0]
     return pod.metadata.name, int(target)
+
+
+def _pod_backend(
+    core, namespace: str, release: str, component: str, selector: str
+) -> tuple[str, int]:
+    try:
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        ).items
+    except Exception as exc:
+        raise common.kube_error(exc, f"cannot list {component} pods") from exc
+    for pod in sorted((p for p in pods if _ready(p)), key=lambda p: p.metadata.name):
+        ports = [p.container_port for c in pod.spec.containers for p in (c.ports or [])]
+        if ports:
+            return pod.metadata.name, ports[0]
+    raise EctlError(
+        f"release {release} has no {component} Service or ready pod in {namespace}",
+        hint="is the component enabled in the values? `ectl status` lists what runs",
+    )
 
 
 def _pump(src, dst) -> None:

@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from elasticctr import __version__
 from elasticctr.constants import ENV_VERBOSE
@@ -92,13 +93,13 @@ def run() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except ValidationError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         for problem in exc.problems:
-            err_console.print(f"  {problem}", markup=False, highlight=False)
+            err_console.print(f"  {problem}", markup=False, highlight=False, soft_wrap=True)
         _maybe_traceback()
         sys.exit(exc.exit_code)
     except EctlError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         _maybe_traceback()
         sys.exit(exc.exit_code)
     except typer.Exit as exc:

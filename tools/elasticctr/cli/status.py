@@ -47,9 +47,19 @@ CUBE_STATUS_PATH = "v1/status"
 SERVING_READY_PATH = "readyz"
 
 
+LABEL_OF = {"mlflow": "tracking"}
+"""Verb-facing component name -> the chart's `app.kubernetes.io/component` value."""
+
+
+def component_name(labels: dict[str, str] | None) -> str:
+    """The component a pod or Service belongs to, in the names `ectl` verbs use."""
+    labels = labels or {}
+    value = labels.get(COMPONENT_LABEL) or labels.get(VOLCANO_TASK_LABEL) or "?"
+    return next((verb for verb, label in LABEL_OF.items() if label == value), value)
+
+
 def _pod_component(pod) -> str:
-    labels = pod.metadata.labels or {}
-    return labels.get(COMPONENT_LABEL) or labels.get(VOLCANO_TASK_LABEL) or "?"
+    return component_name(pod.metadata.labels)
 
 
 def _pod_row(pod) -> dict[str, Any]:
@@ -69,9 +79,33 @@ def _proxy_get(core, namespace: str, service, path: str) -> Any:
     port = service.spec.ports[0].port
     name = f"{service.metadata.name}:{port}"
     raw = core.connect_get_namespaced_service_proxy_with_path(
-        name, namespace, path, _request_timeout=REQUEST_TIMEOUT, _preload_content=False
+        name,
+        namespace,
+        path,
+        _request_timeout=REQUEST_TIMEOUT,
+        _preload_content=False,
+        _headers={"Accept": "application/json"},  # the fileserver lists as JSON then
     )
-    text = raw.data.decode(errors="replace")
+    return _decode(raw.data)
+
+
+def _pod_proxy_get(core, namespace: str, pod, path: str) -> Any:
+    """GET a path of a pod's first container port through the API server (no Service)."""
+    ports = [p.container_port for c in pod.spec.containers for p in (c.ports or [])]
+    if not ports:
+        raise EctlError(f"pod {pod.metadata.name} declares no port")
+    raw = core.connect_get_namespaced_pod_proxy_with_path(
+        f"{pod.metadata.name}:{ports[0]}",
+        namespace,
+        path,
+        _request_timeout=REQUEST_TIMEOUT,
+        _preload_content=False,
+    )
+    return _decode(raw.data)
+
+
+def _decode(data: bytes) -> Any:
+    text = data.decode(errors="replace")
     try:
         return json.loads(text)
     except ValueError:
@@ -109,8 +143,10 @@ def _try(what: str, fn, *args) -> Any:
     """A service that is not up yet is a state to show, not an error to stop at."""
     try:
         return fn(*args)
+    except EctlError as exc:
+        return {"unavailable": f"{what}: {exc.message}"}
     except Exception as exc:
-        return {"unavailable": f"{what}: {common.kube_error(exc, what).message}"}
+        return {"unavailable": common.kube_error(exc, what).message}
 
 
 def collect_status(target: Target) -> dict[str, Any]:
@@ -155,21 +191,17 @@ def collect_status(target: Target) -> dict[str, Any]:
             raise common.kube_error(exc, "cannot list pods") from exc
         status["pods"] = sorted((_pod_row(p) for p in pods), key=lambda r: r["name"])
         status["jobs"] = _volcano_jobs(api, namespace, selector)
-        by_component = {
-            (s.metadata.labels or {}).get(COMPONENT_LABEL): s for s in services if s.spec.ports
-        }
+        by_component = {component_name(s.metadata.labels): s for s in services if s.spec.ports}
+        # The coordinator is a task of the Volcano Job: reached through its pod, not a Service.
+        coordinators = [
+            p for p in pods if _pod_component(p) == "coordinator" and p.status.phase == "Running"
+        ]
         status["coordinator"] = (
-            _try(
-                "coordinator",
-                _proxy_get,
-                core,
-                namespace,
-                by_component["coordinator"],
-                COORDINATOR_PROGRESS_PATH,
-            )
-            if "coordinator" in by_component
-            else {"unavailable": "no coordinator service"}
-        )
+            _try("coordinator", _pod_proxy_get, core, namespace, coordinators[0],
+                 COORDINATOR_PROGRESS_PATH)
+            if coordinators
+            else {"unavailable": "no running coordinator pod"}
+        )  # fmt: skip
         status["model"] = {
             "newestVersion": _try(
                 "fileserver", _newest_version, core, namespace, by_component["fileserver"]
