@@ -69,12 +69,12 @@ def test_lists_are_replaced_and_null_removes_a_default(chart):
 
 def test_null_between_files_still_removes_the_default(tmp_path, chart):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    a.write_text("trainer:\n  model:\n    dropout: 0.5\n")
-    b.write_text("trainer:\n  model:\n    dropout: null\n")
+    a.write_text("cube:\n  keepVersions: 5\n")
+    b.write_text("cube:\n  keepVersions: null\n")
     merged = V.load_files([a, b])
-    assert merged["trainer"]["model"]["dropout"] is None
+    assert merged["cube"]["keepVersions"] is None
     # Removing a required key is a problem the schema reports, like helm would.
-    assert V.validate(merged, chart) == ["trainer.model.dropout: required"]
+    assert V.validate(merged, chart) == ["cube.keepVersions: required"]
 
 
 def test_schema_problems_are_paths_with_actionable_messages(chart):
@@ -116,6 +116,16 @@ RULES = [
     (
         {"trainer": {"trainer": {"replicas": 2, "minReplicas": 3}}},
         "trainer.trainer.minReplicas: 3 is more than trainer.trainer.replicas (2)",
+    ),
+    (
+        {"trainer": {"model": {"name": "dnn", "crossLayers": 2, "learningRate": 0.01}}},
+        "trainer.model.crossLayers: not a hyperparameter of dnn "
+        "(known: batchSize, embeddingDim, hiddenUnits, learningRate, optimizer)",
+    ),
+    (
+        {"trainer": {"model": {"name": "lr", "hiddenUnits": [8]}}},
+        "trainer.model.hiddenUnits: not a hyperparameter of lr "
+        "(known: batchSize, learningRate, optimizer)",
     ),
     (
         {"fileserver": {"enabled": False}, "global": {"modelStore": "hdfs://nn:8020/m"}},

@@ -198,6 +198,13 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+def model_hyperparameters() -> dict[str, set[str]]:
+    """Hyperparameter names of each zoo model, from the zoo itself (no Paddle import)."""
+    from elasticctr.train.models import COMMON_DEFAULTS, DEFAULTS
+
+    return {name: set(COMMON_DEFAULTS) | set(own) for name, own in DEFAULTS.items()}
+
+
 def cross_field_problems(values: Values) -> list[str]:
     """The chart's `elasticctr.validateValues` rules, same order and messages.
 
@@ -231,6 +238,20 @@ def cross_field_problems(values: Values) -> list[str]:
                 )
 
         rule(min_trainers)
+
+        def hyperparameters():
+            model = _dig(values, "trainer.model", {})
+            known = model_hyperparameters().get(model.get("name"))
+            if known is None:
+                return None  # unknown name: the schema's enum reports it
+            for key in sorted(model):
+                if key != "name" and key not in known:
+                    problems.append(
+                        f"trainer.model.{key}: not a hyperparameter of {model['name']} "
+                        f"(known: {', '.join(sorted(known))})"
+                    )
+
+        rule(hyperparameters)
         rule(
             lambda: (
                 (not data.get("path") and not fileserver)

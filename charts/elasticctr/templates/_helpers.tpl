@@ -32,6 +32,19 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if gt (int $t.minReplicas) (int $t.replicas) -}}
     {{- $errs = append $errs (printf "trainer.trainer.minReplicas: %d is more than trainer.trainer.replicas (%d)" (int $t.minReplicas) (int $t.replicas)) -}}
   {{- end -}}
+  {{- /* Hyperparameters each zoo model has (elasticctr.train.models DEFAULTS/COMMON_DEFAULTS). */ -}}
+  {{- $common := list "batchSize" "learningRate" "optimizer" -}}
+  {{- $deep := list "embeddingDim" "hiddenUnits" -}}
+  {{- $zoo := dict "dnn" $deep "lr" list "wide_deep" $deep "deepfm" $deep "dcn" (append $deep "crossLayers") "xdeepfm" (append $deep "cinLayers") -}}
+  {{- $m := $v.trainer.model -}}
+  {{- if hasKey $zoo $m.name -}}
+    {{- $known := concat $common (get $zoo $m.name) | sortAlpha -}}
+    {{- range $key := keys $m | sortAlpha -}}
+      {{- if and (ne $key "name") (not (has $key $known)) -}}
+        {{- $errs = append $errs (printf "trainer.model.%s: not a hyperparameter of %s (known: %s)" $key $m.name (join ", " $known)) -}}
+      {{- end -}}
+    {{- end -}}
+  {{- end -}}
   {{- if and (not $g.data.path) (not $fileserver) -}}
     {{- $errs = append $errs "global.data.path: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
   {{- end -}}

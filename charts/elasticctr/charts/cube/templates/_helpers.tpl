@@ -64,20 +64,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" .Release.Name) -}}
 {{- end -}}
 
-{{- define "cube.runtimeValues" -}}
-{{- $global := deepCopy .Values.global -}}
-{{- $_ := set $global "modelStore" (include "cube.modelStore" .) -}}
-{{- $data := deepCopy .Values.global.data -}}
-{{- $_ := set $data "hdfsUgi" "" -}}
-{{- $_ := set $global "data" $data -}}
-{{- $own := pick .Values "shards" "keepVersions" "transfer" -}}
-{{- toYaml (dict "global" $global "cube" $own) -}}
+{{- define "cube.sharedClaim" -}}
+{{- .Values.sharedStorage.existingClaim | default (printf "%s-root" (include "cube.fullname" .)) -}}
 {{- end -}}
 
 {{/* Env shared by shards and cube-transfer. */}}
 {{- define "cube.env" -}}
-- name: POD_NAME
-  valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: HOME
   value: /tmp
 - name: ELASTICCTR_CUBE_SHARDS

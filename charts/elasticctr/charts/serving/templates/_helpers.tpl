@@ -52,15 +52,3 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "serving.trackingUri" -}}
 {{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
 {{- end -}}
-
-{{- define "serving.runtimeValues" -}}
-{{- $global := deepCopy .Values.global -}}
-{{- $_ := set $global "modelStore" (include "serving.modelStore" .) -}}
-{{- $data := deepCopy .Values.global.data -}}
-{{- $_ := set $data "hdfsUgi" "" -}}
-{{- $_ := set $global "data" $data -}}
-{{- $_ := set $global "mlflow" (dict "trackingUri" (include "serving.trackingUri" .)) -}}
-{{- $own := pick .Values "batching" -}}
-{{- $_ := set $own "auth" (dict "enabled" .Values.auth.enabled) -}}
-{{- toYaml (dict "global" $global "serving" $own) -}}
-{{- end -}}

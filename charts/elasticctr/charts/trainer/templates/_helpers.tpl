@@ -60,15 +60,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
 {{- end -}}
 
-{{- define "trainer.hdfsSecretName" -}}
-{{- .Values.hdfs.existingSecret | default (printf "%s-hdfs" (include "trainer.fullname" .)) -}}
+{{- define "trainer.stagingClaim" -}}
+{{- .Values.staging.existingClaim | default (printf "%s-staging" (include "trainer.fullname" .)) -}}
 {{- end -}}
 
-{{- define "trainer.hasHdfsSecret" -}}
-{{- if or .Values.hdfs.existingSecret .Values.global.data.hdfsUgi }}true{{ end -}}
-{{- end -}}
-
-{{/* ElasticCTR data.config: shell-style env file (HDFS_UGI is in the Secret, not here). */}}
+{{/* ElasticCTR data.config: shell-style env file. */}}
 {{- define "trainer.dataConfig" -}}
 {{- $d := .Values.global.data -}}
 HDFS_ADDRESS={{ $d.hdfsAddress | quote }}
@@ -76,6 +72,9 @@ START_DATE_HR={{ $d.startDateHour | quote }}
 END_DATE_HR={{ $d.endDateHour | quote }}
 DATASET_PATH={{ include "trainer.dataPath" . | quote }}
 SPARSE_DIM={{ $d.sparseDim }}
+{{- with $d.hdfsUgi }}
+HDFS_UGI={{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* The effective values every role reads with `ectl ... -f`: the umbrella's global section
@@ -85,9 +84,8 @@ with defaults resolved, plus this chart's section under `trainer`. */}}
 {{- $_ := set $global "modelStore" (include "trainer.modelStore" .) -}}
 {{- $data := deepCopy .Values.global.data -}}
 {{- $_ := set $data "path" (include "trainer.dataPath" .) -}}
-{{- $_ := set $data "hdfsUgi" "" -}}
 {{- $_ := set $global "data" $data -}}
 {{- $_ := set $global "mlflow" (dict "trackingUri" (include "trainer.trackingUri" .)) -}}
-{{- $own := omit .Values "global" "enabled" "podSecurityContext" "containerSecurityContext" "nodeSelector" "tolerations" "affinity" "serviceAccount" "rbac" -}}
+{{- $own := pick .Values "model" "coordinator" "pserver" "trainer" -}}
 {{- toYaml (dict "global" $global "trainer" $own) -}}
 {{- end -}}

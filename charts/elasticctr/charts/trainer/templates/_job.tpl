@@ -26,7 +26,9 @@ tasks:
       - events: [PodFailed, PodEvicted]
         action: RestartJob
     template:
-      {{- include "trainer.podTemplate" (dict "ctx" . "role" "coordinator" "args" (list "coordinator") "port" $v.coordinator.port "resources" $v.coordinator.resources) | nindent 6 }}
+      {{- $c := $v.coordinator }}
+      {{- $args := list "coordinator" "-f" "/etc/elasticctr/values.yaml" "--host" "0.0.0.0" "--port" (toString $c.port) "--lease-seconds" (toString $c.leaseSeconds) "--task-mb" (toString $c.taskMiB) "--window" (toString $c.window) "--checkpoint-every" (toString $c.checkpointEvery) "--poll-seconds" (toString $c.pollSeconds) }}
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "coordinator" "args" $args "port" $c.port "resources" $c.resources) | nindent 6 }}
   - name: pserver
     replicas: {{ $v.pserver.replicas }}
     minAvailable: {{ $v.pserver.replicas }}
@@ -35,7 +37,7 @@ tasks:
       - events: [PodFailed, PodEvicted]
         action: RestartJob
     template:
-      {{- include "trainer.podTemplate" (dict "ctx" . "role" "pserver" "args" (list "train" "pserver") "port" $v.pserver.port "resources" $v.pserver.resources) | nindent 6 }}
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "pserver" "args" (list "train" "pserver" "-f" "/etc/elasticctr/values.yaml") "port" $v.pserver.port "resources" $v.pserver.resources) | nindent 6 }}
   - name: trainer
     replicas: {{ $v.trainer.replicas }}
     minAvailable: {{ $v.trainer.minReplicas }}
@@ -47,7 +49,7 @@ tasks:
       - event: TaskCompleted
         action: CompleteJob
     template:
-      {{- include "trainer.podTemplate" (dict "ctx" . "role" "trainer" "args" (list "train" "trainer") "port" 0 "resources" $v.trainer.resources) | nindent 6 }}
+      {{- include "trainer.podTemplate" (dict "ctx" . "role" "trainer" "args" (list "train" "trainer" "-f" "/etc/elasticctr/values.yaml") "port" 0 "resources" $v.trainer.resources) | nindent 6 }}
 {{- end -}}
 
 {{/* Pod template of one task. Args: ctx (root), role, args (ectl verb), port (0 = none), resources. */}}
@@ -60,7 +62,7 @@ metadata:
     app.kubernetes.io/component: {{ .role }}
     app.kubernetes.io/part-of: elasticctr
   annotations:
-    checksum/config: {{ include (print $ctx.Template.BasePath "/configmap.yaml") $ctx | sha256sum }}
+    checksum/config: {{ include (print $ctx.Template.BasePath "/config-secret.yaml") $ctx | sha256sum }}
 spec:
   restartPolicy: Never
   serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}
@@ -90,7 +92,7 @@ spec:
       image: {{ include "trainer.image" $ctx }}
       imagePullPolicy: {{ $v.global.image.pullPolicy }}
       command: ["ectl"]
-      args: {{ concat .args (list "-f" "/etc/elasticctr/values.yaml") | toJson }}
+      args: {{ .args | toJson }}
       env:
         - name: POD_IP
           valueFrom: {fieldRef: {fieldPath: status.podIP}}
@@ -99,24 +101,24 @@ spec:
         - name: HOME
           value: /tmp
         {{- if ne .role "coordinator" }}
-        # Paddle Fleet PS roles (Paddle 3.0.0 PS needs the legacy program IR).
+        # Paddle Fleet PS roles (docs/training.md); VC_* come from Volcano's svc/env plugins.
         - name: TRAINING_ROLE
           value: {{ ternary "PSERVER" "TRAINER" (eq .role "pserver") }}
         - name: PADDLE_PORT
           value: {{ $v.pserver.port | quote }}
         - name: FLAGS_enable_pir_api
           value: "0"
+        - name: ECTL_TRAIN_STAGING
+          value: /var/lib/elasticctr/staging
         {{- end }}
-        - name: ELASTICCTR_COORDINATOR_PORT
-          value: {{ $v.coordinator.port | quote }}
         - name: MLFLOW_TRACKING_URI
           value: {{ include "trainer.trackingUri" $ctx | quote }}
-        {{- if include "trainer.hasHdfsSecret" $ctx }}
+        {{- if $v.hdfs.existingSecret }}
         - name: HDFS_UGI
           valueFrom:
             secretKeyRef:
-              name: {{ include "trainer.hdfsSecretName" $ctx }}
-              key: {{ if $v.hdfs.existingSecret }}{{ $v.hdfs.existingSecretKey }}{{ else }}hdfsUgi{{ end }}
+              name: {{ $v.hdfs.existingSecret }}
+              key: {{ $v.hdfs.existingSecretKey }}
         {{- end }}
         - name: ELASTICCTR_FILESERVER_TOKEN
           valueFrom:
@@ -136,10 +138,10 @@ spec:
       {{- end }}
       {{- if eq .role "coordinator" }}
       readinessProbe:
-        httpGet: {path: /readyz, port: {{ .role }}}
+        httpGet: {path: /v1/progress, port: {{ .role }}}
         periodSeconds: 10
       livenessProbe:
-        httpGet: {path: /healthz, port: {{ .role }}}
+        httpGet: {path: /v1/progress, port: {{ .role }}}
         initialDelaySeconds: 10
         periodSeconds: 20
         failureThreshold: 3
@@ -164,13 +166,22 @@ spec:
         - name: tmp
           mountPath: /tmp
         - name: work
-          mountPath: /var/lib/elasticctr
+          mountPath: /var/lib/elasticctr/work
+        {{- if ne .role "coordinator" }}
+        - name: staging
+          mountPath: /var/lib/elasticctr/staging
+        {{- end }}
   volumes:
     - name: config
-      configMap:
-        name: {{ include "trainer.fullname" $ctx }}
+      secret:
+        secretName: {{ include "trainer.fullname" $ctx }}-config
     - name: tmp
       emptyDir: {}
     - name: work
       emptyDir: {}
+    {{- if ne .role "coordinator" }}
+    - name: staging
+      persistentVolumeClaim:
+        claimName: {{ include "trainer.stagingClaim" $ctx }}
+    {{- end }}
 {{- end -}}
