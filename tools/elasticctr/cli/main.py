@@ -74,6 +74,8 @@ _VERB_MODULES: list[str] = [
     "completion",
     "serve",
     "forward",
+    "init",
+    "validate",
 ]
 
 

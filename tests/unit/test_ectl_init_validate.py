@@ -1,0 +1,348 @@
+"""`ectl init` with ElasticCTR's own inputs and `ectl validate` against the real chart.
+
+ElasticCTR's options must work unchanged (`-u -m -t -p -b -s -f -hd`), data.config and
+slot.conf come from tests/fixtures/elasticctr (shaped like elastic-ctr-cli's files), and
+every written file must pass the chart's own validation. Errors list every problem, exit
+non-zero, never write a file and never show a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from elasticctr import values as chart_values
+from elasticctr.cli.main import _register, app
+from elasticctr.constants import repo_root
+
+runner = CliRunner()
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "elasticctr"
+DATA_CONFIG = FIXTURES / "data.config"
+SLOT_CONF = FIXTURES / "slot.conf"
+VALUES_DIR = repo_root() / "values"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    _register()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def ectl_here(capsys, monkeypatch):
+    """The console entry point in this process: real exit codes and error printing."""
+    from elasticctr.cli.main import run
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", ["ectl", *args])
+        code = 0
+        try:
+            run()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+# --- init --------------------------------------------------------------------------------
+
+
+@pytest.mark.fast
+def test_init_with_elasticctr_options_just_works(tmp_path):
+    out = tmp_path / "values.yaml"
+    args = ["init", "-u", "4", "-m", "20", "-t", "2", "-p", "2", "-b", "5"]
+    args += ["-s", str(SLOT_CONF), "-f", str(DATA_CONFIG), "-O", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    values = load(out)
+    assert values["global"]["data"] == {
+        "path": "hdfs://192.168.1.10:9000/train_data",
+        "hdfsAddress": "hdfs://192.168.1.10:9000",
+        "hdfsUgi": "root,i_am_a_password",
+        "startDateHour": "20200401/00",
+        "endDateHour": "20200401/03",
+        "sparseDim": 1000001,
+        "slots": list(range(27)),
+    }
+    resources = {
+        "requests": {"cpu": "4", "memory": "20Gi"},
+        "limits": {"cpu": "4", "memory": "20Gi"},
+    }
+    assert values["trainer"]["pserver"] == {"replicas": 2, "resources": resources}
+    assert values["trainer"]["trainer"] == {"replicas": 2, "resources": resources}
+    assert values["cube"] == {"shards": 5}
+    assert "&id" not in out.read_text()  # no YAML anchors for people to puzzle over
+    assert chart_values.validate_files([out]) == []
+
+
+@pytest.mark.fast
+def test_init_long_options_and_model(tmp_path):
+    out = tmp_path / "v.yaml"
+    result = runner.invoke(
+        app,
+        [
+            "init", "--cpu", "500m", "--mem", "512Mi", "--trainer", "3", "--pserver", "1",
+            "--cube", "2", "--slot_conf", str(SLOT_CONF), "--datafile", str(DATA_CONFIG),
+            "--hdfs_address", "namenode:9000", "--model", "deepfm",
+            "--model-store", "hdfs://namenode:9000/models", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    values = load(out)
+    assert values["trainer"]["model"] == {"name": "deepfm"}
+    assert values["trainer"]["trainer"]["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+    assert values["global"]["modelStore"] == "hdfs://namenode:9000/models"
+    assert values["global"]["data"]["hdfsAddress"] == "hdfs://namenode:9000"
+    assert chart_values.validate_files([out]) == []
+
+
+def test_init_hd_two_letter_short_option_through_the_console_script(tmp_path):
+    """`-hd` is ElasticCTR's spelling; it must work from a real shell, not only in-process."""
+    out = tmp_path / "values.yaml"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "elasticctr.cli.main", "init", "-u", "4", "-m", "20",
+            "-t", "2", "-p", "2", "-b", "5", "-s", str(SLOT_CONF), "-f", str(DATA_CONFIG),
+            "-hd", "hdfs://x:9000", "-O", str(out),
+        ],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = load(out)["global"]["data"]
+    # -hd overrides data.config's HDFS_ADDRESS, and the dataset URL follows it
+    assert data["hdfsAddress"] == "hdfs://x:9000"
+    assert data["path"] == "hdfs://x:9000/train_data"
+    assert "# Written by: ectl init -u 4" in out.read_text()
+
+
+@pytest.mark.fast
+def test_init_without_data_config_keeps_chart_defaults(tmp_path):
+    out = tmp_path / "v.yaml"
+    result = runner.invoke(app, ["init", "-t", "4", "-O", str(out), "--no-interactive"])
+    assert result.exit_code == 0, result.output
+    assert load(out) == {"trainer": {"trainer": {"replicas": 4}}}
+
+
+@pytest.mark.fast
+def test_init_refuses_to_overwrite(tmp_path, ectl_here):
+    out = tmp_path / "values.yaml"
+    out.write_text("# mine\n")
+    proc = ectl_here("init", "-t", "2", "-O", str(out))
+    assert proc.returncode == 1
+    assert "exists" in proc.stderr and "--force" in proc.stderr
+    assert out.read_text() == "# mine\n"
+    proc = ectl_here("init", "-t", "2", "-O", str(out), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert load(out)["trainer"]["trainer"]["replicas"] == 2
+
+
+@pytest.mark.fast
+def test_init_bad_elasticctr_inputs_list_every_problem(tmp_path, ectl_here, monkeypatch):
+    monkeypatch.delenv("ECTL_TEST_UNSET_IP", raising=False)
+    out = tmp_path / "values.yaml"
+    proc = ectl_here(
+        "init", "-f", str(FIXTURES / "bad_data.config"), "-s", str(FIXTURES / "bad_slot.conf"),
+        "-O", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    expected = [
+        "bad_slot.conf:3: slot id must be a non-negative integer, got 'x'",
+        "bad_slot.conf:4: duplicate slot 1 (first on line 2)",
+        "bad_data.config:1: $ECTL_TEST_UNSET_IP is not defined",
+        "bad_data.config:2: START_DATE_HR '20200431/00': 20200431 is not a calendar date",
+        "bad_data.config:3: DATASET_PATH is missing or empty",
+    ]
+    for problem in expected:
+        assert any(problem in line for line in lines), (problem, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.fast
+def test_init_values_the_chart_rejects_are_not_written(tmp_path, ectl_here):
+    out = tmp_path / "values.yaml"
+    proc = ectl_here("init", "-hd", "http://not-hdfs:9000", "-O", str(out))
+    assert proc.returncode == 2
+    assert "-hd/--hdfs_address" in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-t", "0"], "must be at least 1"),
+        (["-m", "lots"], "not a memory size"),
+        (["-u", "-1"], "must be positive"),
+        (["--model", "gbdt"], "choose one of"),
+        (["-s", "/no/such/slot.conf"], "cannot read slot.conf"),
+    ],
+)
+def test_init_bad_flags(args, message, tmp_path, ectl_here):
+    out = tmp_path / "v.yaml"
+    proc = ectl_here("init", *args, "-O", str(out))
+    assert proc.returncode in (1, 2)
+    assert message in flat(proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.fast
+def test_init_interactive_questions(tmp_path):
+    out = tmp_path / "values.yaml"
+    answers = "\n".join(
+        [
+            "",  # no data.config
+            str(SLOT_CONF),
+            "file:///data/ctr",  # data URL
+            "20200401/05",
+            "wide_deep",
+            "3",  # trainers
+            "1",  # pservers
+            "4",  # cube shards
+            "2",  # cpu
+            "8",  # mem GiB
+        ]
+    )
+    result = runner.invoke(app, ["init", "--interactive", "-O", str(out)], input=answers + "\n")
+    assert result.exit_code == 0, result.output
+    values = load(out)
+    assert values["global"]["data"]["path"] == "file:///data/ctr"
+    assert values["global"]["data"]["startDateHour"] == "20200401/05"
+    assert values["global"]["data"]["slots"] == list(range(27))
+    assert values["trainer"]["model"]["name"] == "wide_deep"
+    assert values["trainer"]["trainer"]["replicas"] == 3
+    assert values["trainer"]["pserver"]["resources"]["limits"]["memory"] == "8Gi"
+    assert values["cube"]["shards"] == 4
+
+
+# --- validate ----------------------------------------------------------------------------
+
+
+def _shipped_values() -> list[Path]:
+    return sorted(VALUES_DIR.glob("*.yaml"))
+
+
+@pytest.mark.fast
+def test_shipped_values_files_exist():
+    assert {p.name for p in _shipped_values()} >= {"demo.yaml", "production.yaml"}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", [p.name for p in _shipped_values()])
+def test_validate_shipped_values(name, ectl_here):
+    proc = ectl_here("validate", str(VALUES_DIR / name))
+    assert proc.returncode == 0, proc.stderr
+    assert "valid" in proc.stdout
+
+
+BAD_VALUES = """\
+global:
+  data:
+    startDateHour: "2020-04-01"
+    slots: [1, "x"]
+trainer:
+  pserver:
+    replicas: 0
+  nosuch: 1
+cube:
+  shards: "x"
+"""
+BAD_PATHS = [
+    "global.data.startDateHour",
+    "global.data.slots[1]",
+    "trainer.pserver.replicas",
+    "trainer.nosuch",
+    "cube.shards",
+]
+
+
+@pytest.mark.fast
+def test_validate_lists_every_problem_at_once(tmp_path, ectl_here):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_VALUES)
+    proc = ectl_here("validate", str(bad))
+    assert proc.returncode == 2
+    problem_lines = [ln.strip() for ln in proc.stderr.splitlines()[1:]]
+    for path in BAD_PATHS:
+        assert any(ln.startswith(f"{path}: ") for ln in problem_lines), (path, proc.stderr)
+    assert len(problem_lines) == len(BAD_PATHS)
+    assert proc.stderr.startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.fast
+def test_validate_json_shape(tmp_path, ectl_here):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_VALUES)
+    proc = ectl_here("validate", str(bad), "-o", "json")
+    assert proc.returncode == 2
+    report = json.loads(proc.stdout)
+    assert report["files"] == [str(bad)] and report["valid"] is False
+    assert sorted(p["path"] for p in report["problems"]) == sorted(BAD_PATHS)
+    assert all(set(p) == {"path", "message"} and p["message"] for p in report["problems"])
+    good = ectl_here("validate", str(VALUES_DIR / "demo.yaml"), "-o", "json")
+    assert good.returncode == 0
+    assert json.loads(good.stdout) == {
+        "files": [str(VALUES_DIR / "demo.yaml")],
+        "valid": True,
+        "problems": [],
+    }
+
+
+@pytest.mark.fast
+def test_validate_merges_files_like_helm(tmp_path, ectl_here):
+    fix = tmp_path / "fix.yaml"
+    fix.write_text("trainer:\n  pserver:\n    replicas: 1\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  pserver:\n    replicas: 0\n")
+    assert ectl_here("validate", str(bad)).returncode == 2
+    assert ectl_here("validate", str(bad), str(fix)).returncode == 0  # later file wins
+
+
+@pytest.mark.fast
+def test_validate_broken_yaml_and_missing_file(tmp_path, ectl_here):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer:\n  pserver: [\n")
+    also = tmp_path / "list.yaml"
+    also.write_text("- not a mapping\n")
+    proc = ectl_here("validate", str(broken), str(also))
+    assert proc.returncode == 2
+    assert f"{broken}:3:1: not valid YAML" in proc.stderr
+    assert f"{also}: values file must be a mapping" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = ectl_here("validate", str(tmp_path / "missing.yaml"))
+    assert proc.returncode == 1
+    assert "cannot read values file" in proc.stderr
+
+
+def test_validate_console_script_exit_code_and_no_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_VALUES)
+    proc = subprocess.run(
+        [sys.executable, "-m", "elasticctr.cli.main", "validate", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "trainer.pserver.replicas: 0 is less than the minimum of 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
