@@ -55,6 +55,7 @@ def chart_dir() -> Path:
         return Path(override)
     return repo_root() / "charts" / "elasticctr"
 
+
 # --- fileserver -----------------------------------------------------------------------
 ENV_FILESERVER_TOKEN = "ELASTICCTR_FILESERVER_TOKEN"
 """Bearer token for fileserver writes (server side) and for uploads (client side)."""
