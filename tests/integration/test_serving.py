@@ -52,8 +52,7 @@ def expected(store: Path, version: str, data: bytes) -> np.ndarray:
     scorer = Scorer(info, DenseModel(vdir / "dense", len(info.slots), info.dim))
     table = LocalTable.from_parts(sparse_parts(vdir, manifest), info.dim)
     batch, _ = parse_bytes(data, info.slots)
-    keys = Scorer.keys_of(batch)
-    return scorer.score(batch, keys, table.lookup(keys))
+    return scorer.predict(batch, table.lookup)
 
 
 @pytest.fixture(scope="module")

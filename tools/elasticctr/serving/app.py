@@ -46,7 +46,14 @@ from elasticctr.serving.model import (
     read_manifest,
     sparse_parts,
 )
-from elasticctr.serving.samples import Limits, RequestError, decode
+from elasticctr.serving.samples import (
+    CT_LINES,
+    Limits,
+    RequestError,
+    decode,
+    parse_checked,
+    prepare,
+)
 
 log = logging.getLogger("elasticctr.serving")
 
@@ -79,9 +86,9 @@ class ServingVersion:
         self.loaded_at = loaded_at
 
     async def predict(self, batch: SlotBatch) -> np.ndarray:
-        keys = Scorer.keys_of(batch)
+        keys, inverse = Scorer.keys_of(batch)
         rows = await self.embeddings.lookup(keys, self.version, self.info.dim)
-        return self.scorer.score(batch, keys, rows)
+        return self.scorer.score(batch, inverse, rows)
 
 
 class Metrics:
@@ -115,10 +122,10 @@ class Metrics:
 
 
 class _Item:
-    __slots__ = ("sv", "batch", "future")
+    __slots__ = ("sv", "data", "n", "future")
 
-    def __init__(self, sv: ServingVersion, batch: SlotBatch, future: asyncio.Future):
-        self.sv, self.batch, self.future = sv, batch, future
+    def __init__(self, sv: ServingVersion, data: bytes, n: int, future: asyncio.Future):
+        self.sv, self.data, self.n, self.future = sv, data, n, future
 
 
 class Batcher:
@@ -136,14 +143,14 @@ class Batcher:
     def start(self):
         self.task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, sv: ServingVersion, batch: SlotBatch) -> np.ndarray:
-        n = len(batch)
+    async def submit(self, sv: ServingVersion, data: bytes, n: int) -> np.ndarray:
+        """Probabilities for `n` samples given as ElasticCTR lines, scored by `sv`."""
         if self.queued + n > self.cfg.max_queue_samples:
             raise RequestError(
                 503, "overloaded", f"{self.queued} samples already queued; retry shortly"
             )
         fut = asyncio.get_running_loop().create_future()
-        self.queue.append(_Item(sv, batch, fut))
+        self.queue.append(_Item(sv, data, n, fut))
         self.queued += n
         self.wakeup.set()
         return await fut
@@ -164,7 +171,7 @@ class Batcher:
         items, total = [], 0
         while self.queue:
             item = self.queue[0]
-            n = len(item.batch)
+            n = item.n
             if item.sv is not first.sv or (items and total + n > self.cfg.max_batch_samples):
                 break
             items.append(self.queue.pop(0))
@@ -175,7 +182,20 @@ class Batcher:
     async def _run(self, items: list[_Item]):
         try:
             sv = items[0].sv
-            merged = SlotBatch.concat([it.batch for it in items])
+            limits = self.cfg.limits
+            total = sum(it.n for it in items)
+            merged = parse_checked(b"".join(it.data for it in items), sv.parser, limits, total)
+            if merged is None:  # some request is bad: parse each alone for its own error
+                good, batches = [], []
+                for it in items:
+                    try:
+                        batches.append(decode(it.data, CT_LINES, sv.parser, limits).batch)
+                        good.append(it)
+                    except RequestError as exc:
+                        it.future.set_exception(exc)
+                if not good:
+                    return
+                items, merged = good, SlotBatch.concat(batches)
             self.metrics.batch.observe(len(merged))
             try:
                 probs = await sv.predict(merged)
@@ -186,7 +206,7 @@ class Batcher:
                 return
             start = 0
             for it in items:
-                n = len(it.batch)
+                n = it.n
                 if not it.future.done():
                     it.future.set_result(probs[start : start + n])
                 start += n
@@ -366,9 +386,9 @@ class ServingApp:
                 raise RequestError(
                     409, "version_mismatch", f"serving {sv.version}, the request asked {pinned}"
                 )
-            decoded = decode(req.body, req.headers.get("content-type"), sv.parser, self.cfg.limits)
+            data, n = prepare(req.body, req.headers.get("content-type"), sv.parser, self.cfg.limits)
             try:
-                probs = await self.batcher.submit(sv, decoded.batch)
+                probs = await self.batcher.submit(sv, data, n)
                 break
             except VersionUnavailable as exc:
                 if attempt:

@@ -3,7 +3,7 @@
 This is the single implementation of the prediction computation. The server
 (`elasticctr.serving.app`) and the MLflow pyfunc (`elasticctr.serving.pyfunc`) both call
 `Scorer.keys_of` → (fetch rows for those keys: cube shards or a local table) →
-`Scorer.score`, so they cannot drift apart.
+`Scorer.score` (or `Scorer.predict` with a synchronous lookup), so they cannot drift apart.
 
 Pooling is a sum over the feasigns of a slot (ElasticCTR's multi-valued slots);
 a slot with no feasign pools to zeros, a feasign the table does not know looks up zeros.
@@ -121,7 +121,7 @@ class DenseModel:
                     handle.reshape(x.shape)
                     handle.copy_from_cpu(x)
             else:
-                x = pooled.reshape(b, self.nslots * self.dim)
+                x = np.ascontiguousarray(pooled).reshape(b, self.nslots * self.dim)
                 self._inputs[0].reshape(x.shape)
                 self._inputs[0].copy_from_cpu(x)
             self._predictor.run()
@@ -137,37 +137,43 @@ class Scorer:
         self.dense = dense
 
     @staticmethod
-    def keys_of(batch: SlotBatch) -> np.ndarray:
-        """Sorted unique feasigns of a batch (uint64): what to fetch from the embeddings."""
+    def keys_of(batch: SlotBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted unique feasigns, index of each id in them): what to fetch, and where.
+
+        Ids are taken slot-major (slot 0's ids sample after sample, then slot 1's, ...),
+        the order `pool` relies on.
+        """
         if not batch.ids:
-            return np.zeros(0, np.uint64)
-        return np.unique(np.concatenate(batch.ids))
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return np.unique(np.concatenate(batch.ids), return_inverse=True)
 
-    def pool(self, batch: SlotBatch, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Sum-pool per (sample, slot): float32 [B, nslots, dim]; rows[i] belongs to keys[i]."""
+    def pool(self, batch: SlotBatch, inverse: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Sum-pool per (sample, slot): float32 [B, nslots, dim].
+
+        `rows[k]` is the embedding of the k-th unique key and `inverse` maps every id
+        (slot-major) to its row, as returned by `keys_of`. Ids of one (slot, sample) are
+        contiguous in slot-major order, so one `reduceat` sums every segment.
+        """
         n, nslots, dim = len(batch), len(self.info.slots), self.info.dim
-        out = np.zeros((n * nslots, dim), dtype=np.float32)
-        if keys.size == 0:
-            return out.reshape(n, nslots, dim)
-        segs, idx = [], []
-        sample_ids = np.arange(n, dtype=np.int64)
-        for j in range(nslots):
-            ids = batch.ids[j]
-            if ids.size == 0:
-                continue
-            idx.append(np.searchsorted(keys, ids))
-            segs.append(np.repeat(sample_ids, batch.lengths[j]) * nslots + j)
-        if idx:
-            seg = np.concatenate(segs)
-            gathered = rows[np.concatenate(idx)]
-            np.add.at(out, seg, gathered)
-        return out.reshape(n, nslots, dim)
+        out = np.zeros((nslots * n, dim), dtype=np.float32)
+        if inverse.size:
+            lengths = np.stack(batch.lengths).ravel()  # [nslots * n], slot-major
+            nonempty = np.flatnonzero(lengths)
+            starts = np.zeros(lengths.size, dtype=np.int64)
+            np.cumsum(lengths[:-1], out=starts[1:])
+            out[nonempty] = np.add.reduceat(rows[inverse], starts[nonempty], axis=0)
+        return out.reshape(nslots, n, dim).transpose(1, 0, 2)
 
-    def score(self, batch: SlotBatch, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Probabilities float32 [B] for `batch`, given the embedding rows of `keys_of(batch)`."""
+    def predict(self, batch: SlotBatch, lookup) -> np.ndarray:
+        """Probabilities for `batch` with a synchronous `lookup(keys) -> rows`."""
+        keys, inverse = self.keys_of(batch)
+        return self.score(batch, inverse, lookup(keys))
+
+    def score(self, batch: SlotBatch, inverse: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Probabilities float32 [B] for `batch`, given the rows of its unique keys."""
         if len(batch) == 0:
             return np.zeros(0, np.float32)
-        return self.dense.run(self.pool(batch, keys, rows))
+        return self.dense.run(self.pool(batch, inverse, rows))
 
 
 class LocalTable:

@@ -45,7 +45,6 @@ class CTRModel(mlflow.pyfunc.PythonModel):
         self.parser = LineParser(info.slots, info.sparse_dim)
 
     def predict(self, context, model_input, params=None):
-        from elasticctr.serving.model import Scorer
         from elasticctr.serving.samples import CT_LINES, Limits, RequestError, decode
 
         lines = _lines(model_input)
@@ -56,8 +55,7 @@ class CTRModel(mlflow.pyfunc.PythonModel):
             batch = decode(data, CT_LINES, self.parser, limits).batch
         except RequestError as exc:
             raise ValidationError(exc.message, exc.problems) from exc
-        keys = Scorer.keys_of(batch)
-        return self.scorer.score(batch, keys, self.table.lookup(keys)).astype(np.float64)
+        return self.scorer.predict(batch, self.table.lookup).astype(np.float64)
 
 
 def _lines(model_input) -> list[str]:

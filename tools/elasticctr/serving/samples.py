@@ -73,6 +73,47 @@ def decode(body: bytes, content_type: str | None, parser: LineParser, limits: Li
     return _parse(data, parser, limits, source)
 
 
+def prepare(
+    body: bytes, content_type: str | None, parser: LineParser, limits: Limits
+) -> tuple[bytes, int]:
+    """Cheap checks before queueing: (ElasticCTR lines ending in a newline, number of samples).
+
+    The parse itself happens once per batch (`parse_checked`); a request whose lines turn
+    out malformed is then parsed alone by `decode` to give its own precise error.
+    """
+    media = _media_type(content_type)
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(
+            413, "too_large", f"request body has {len(body)} bytes, limit {limits.max_body_bytes}"
+        )
+    if media == CT_JSON:
+        data = _json_to_lines(body, parser, limits)
+    elif media == CT_LINES:
+        data = body if body.endswith(b"\n") else body + b"\n"
+    else:
+        decode(body, content_type, parser, limits)  # raises the 415
+        raise AssertionError("unreachable")
+    n = sum(1 for line in data.split(b"\n") if line.strip(b" \t\r"))
+    if n == 0:
+        raise RequestError(400, "empty", "the request has no samples")
+    if n > limits.max_samples:
+        raise RequestError(
+            413, "too_many_samples", f"{n} samples in one request, limit {limits.max_samples}"
+        )
+    return data, n
+
+
+def parse_checked(data: bytes, parser: LineParser, limits: Limits, expect: int) -> SlotBatch | None:
+    """Parse a batch of requests' lines; None if any line needs a per-request error."""
+    stats = FileStats(source="line")
+    batch = parser.parse(data, stats)
+    if stats.malformed or stats.ignored_slots or len(batch) != expect:
+        return None
+    if batch.lengths and int(np.stack(batch.lengths).sum(axis=0).max()) > limits.max_features:
+        return None
+    return batch
+
+
 def _parse(data: bytes, parser: LineParser, limits: Limits, source: str) -> Decoded:
     if not data.strip():
         raise RequestError(400, "empty", "the request has no samples")
