@@ -67,11 +67,14 @@ def test_full_window_keys_fall_back_to_the_sorted_keys(tmp_path, monkeypatch):
     import elasticctr.cube.format as fmt
 
     monkeypatch.setattr(fmt, "_table_slots", lambda count: 16)
-    keys = np.arange(1, 33, dtype=np.uint64)  # 32 keys, 16 slots (+7): many left out
+    keys = np.arange(1, 33, dtype=np.uint64)  # 32 keys in 16 slots: long runs, a tail
     write_shard(tmp_path / "s.cube", keys, np.ones((32, 2), np.float32), shard=0, num_shards=1)
     monkeypatch.undo()
     shard = ShardFile(tmp_path / "s.cube")
-    assert np.count_nonzero(shard.trows != fmt.EMPTY) < 32
+    assert shard.header.table_tail > fmt.WINDOW - 1
+    slot_of = {int(k): i for i, k in enumerate(shard.tkeys) if shard.trows[i] != fmt.EMPTY}
+    home = fmt._home(keys, 16)
+    assert max(slot_of[int(k)] - h for k, h in zip(keys, home, strict=True)) >= fmt.WINDOW
     assert np.array_equal(shard.find(keys), np.arange(32))
     assert (shard.find(np.array([0, 33, 2**63], dtype=np.uint64)) == -1).all()
 
@@ -120,6 +123,7 @@ def test_shard_of_is_stable_and_balanced():
     assert owner.min() == 0 and owner.max() == 3
     counts = np.bincount(owner)
     assert counts.min() > 0.9 * 25_000
+
     # Serving and old shard files depend on this exact function: MurmurHash3 fmix64 % N,
     # checked against a plain-int reimplementation.
     def fmix64(x):

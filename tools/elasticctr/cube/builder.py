@@ -106,7 +106,7 @@ def build_version(
             return existing
     started = time.perf_counter()
     keys, values = _load_parts(mv)
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)  # equal keys are an error below, so stability is moot
     keys = keys[order]
     if keys.size > 1:
         dup = np.flatnonzero(keys[1:] == keys[:-1])
@@ -116,26 +116,25 @@ def build_version(
                 f"model version {version}: {dup.size} duplicate feasigns in the sparse dump "
                 f"(e.g. {sample}); each key must appear in exactly one part once"
             )
-    shard = shard_of(keys, num_shards)
-    by_shard = np.argsort(shard, kind="stable")  # keeps keys sorted inside each shard
-    counts = np.bincount(shard, minlength=num_shards)
+    shard = shard_of(keys, num_shards) if num_shards > 1 else None
     tmp = final.parent / f".{final.name}.build-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     entries = []
-    start = 0
     try:
         for i in range(num_shards):
-            sel = by_shard[start : start + counts[i]]
-            start += counts[i]
+            # flatnonzero keeps the keys of each shard in sorted order.
+            sel = np.flatnonzero(shard == i) if shard is not None else slice(None)
             name = shard_file_name(i, num_shards)
+            shard_keys = keys[sel]
             sha, size = write_shard(
-                tmp / name, keys[sel], values[order[sel]], shard=i, num_shards=num_shards
+                tmp / name, shard_keys, values[order[sel]], shard=i, num_shards=num_shards
             )
             entries.append(
-                {"shard": i, "file": name, "keys": int(counts[i]), "bytes": size, "sha256": sha}
-            )
+                {"shard": i, "file": name, "keys": int(shard_keys.size), "bytes": size,
+                 "sha256": sha}
+            )  # fmt: skip
             if progress:
                 progress(i + 1, num_shards)
         manifest = {

@@ -3,14 +3,15 @@
 Layout (little-endian, every section 64-byte aligned so numpy views need no copy):
 
     header       128 bytes  magic "ECTLCUBE", format, dim, count, shard, num_shards,
-                            table_slots S, window W, sentinel, section offsets
+                            table_slots S, window W, tail T, sentinel, offsets
     keys         uint64 [count]        sorted ascending, unique
     values       float32 [count, dim]  row i belongs to keys[i]
-    table_keys   uint64 [S + W - 1]    hash index: key in each slot, `sentinel` if empty
-    table_rows   uint32 [S + W - 1]    row number of that key, 0xFFFFFFFF if empty
+    table_keys   uint64 [S + T]        hash index: key in each slot, `sentinel` if empty
+    table_rows   uint32 [S + T]        row number of that key, 0xFFFFFFFF if empty
 
-A key's home slot is (mix64(key) >> 32) & (S - 1); it sits within W slots of it
-(linear probing, load <= 0.5), or, rarely, not in the table when its window was full.
+A key's home slot is (mix64(key) >> 32) & (S - 1); linear probing (load <= 0.5, no
+wrap-around, T >= W - 1 tail slots) puts it within W slots of it, or, rarely, further:
+then its window is full and lookups ask the sorted keys.
 A batch lookup is then a few vectorised numpy gathers over contiguous windows (tens of
 µs for 1000 keys) instead of 1000 binary searches over cold pages (about 1 ms); the
 sorted keys serve the rare full-window keys and range scans.
@@ -99,30 +100,29 @@ def _sentinel(keys: np.ndarray) -> int:
 
 
 def build_table(keys: np.ndarray, slots: int, sentinel: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hash index: (table_keys uint64, table_rows uint32), each slots + WINDOW - 1 long.
+    """Hash index: (table_keys uint64, table_rows uint32) of equal length >= slots + WINDOW - 1.
 
-    Linear probing bounded to a window: a key sits within WINDOW slots of its home slot
-    or not in the table at all (its window is then full, and lookups fall back to a
-    binary search of the sorted keys). Rows are placed in key order, so the same keys
-    always give the same file.
+    Linear probing without wrap-around, built in one pass: with keys ordered by home
+    slot, key i lands at i + max_{j<=i}(home_j - j). The slots from a key's home to its
+    position are all occupied, so a key displaced by WINDOW or more has a full window;
+    lookups fall back to a binary search of the sorted keys only then. A run may spill
+    past the last slot: the table grows by that tail.
     """
-    length = slots + WINDOW - 1
+    if keys.size == 0:
+        length = slots + WINDOW - 1
+        return np.full(length, sentinel, np.uint64), np.full(length, EMPTY, np.uint32)
+    home = _home(keys, slots)
+    by_home = np.argsort(home)
+    ramp = np.arange(keys.size, dtype=np.int64)
+    pos = home[by_home]
+    pos -= ramp
+    np.maximum.accumulate(pos, out=pos)
+    pos += ramp
+    length = max(slots + WINDOW - 1, int(pos[-1]) + 1)
     tkeys = np.full(length, sentinel, dtype=np.uint64)
     trows = np.full(length, EMPTY, dtype=np.uint32)
-    pending = np.arange(keys.size, dtype=np.int64)
-    home = _home(keys, slots)
-    for step in range(WINDOW):
-        if not pending.size:
-            break
-        want = home[pending] + step
-        free = trows[want] == EMPTY
-        cand_rows = pending[free]
-        won_slots, first = np.unique(want[free], return_index=True)
-        trows[won_slots] = cand_rows[first].astype(np.uint32)
-        tkeys[won_slots] = keys[cand_rows[first]]
-        placed = np.zeros(pending.size, dtype=bool)
-        placed[np.flatnonzero(free)[first]] = True
-        pending = pending[~placed]
+    tkeys[pos] = keys[by_home]
+    trows[pos] = by_home.astype(np.uint32)
     return tkeys, trows
 
 
@@ -134,6 +134,7 @@ class ShardHeader:
     num_shards: int
     table_slots: int
     window: int
+    table_tail: int
     sentinel: int
     keys_offset: int
     values_offset: int
@@ -142,8 +143,8 @@ class ShardHeader:
     file_bytes: int
 
 
-def _layout(dim: int, count: int, slots: int) -> tuple[int, int, int, int, int]:
-    length = slots + WINDOW - 1
+def _layout(dim: int, count: int, slots: int, tail: int) -> tuple[int, int, int, int, int]:
+    length = slots + tail
     keys_offset = _align(HEADER.size)
     values_offset = _align(keys_offset + 8 * count)
     tkeys_offset = _align(values_offset + 4 * dim * count)
@@ -172,9 +173,10 @@ def write_shard(
     slots = _table_slots(int(keys.size))
     sentinel = _sentinel(keys)
     tkeys, trows = build_table(keys, slots, sentinel)
-    k_off, v_off, tk_off, tr_off, end = _layout(dim, int(keys.size), slots)
+    tail = tkeys.size - slots
+    k_off, v_off, tk_off, tr_off, end = _layout(dim, int(keys.size), slots, tail)
     header = HEADER.pack(
-        MAGIC, FORMAT_VERSION, dim, int(keys.size), shard, num_shards, slots, WINDOW, 0,
+        MAGIC, FORMAT_VERSION, dim, int(keys.size), shard, num_shards, slots, WINDOW, tail,
         sentinel, k_off, v_off, tk_off, tr_off,
     )  # fmt: skip
     digest = hashlib.sha256()
@@ -233,7 +235,7 @@ class ShardFile:
         self.header = self._parse_header(size)
         h = self.header
         buf = self._mm
-        length = h.table_slots + h.window - 1
+        length = h.table_slots + h.table_tail
         self.keys = np.frombuffer(buf, dtype="<u8", count=h.count, offset=h.keys_offset)
         self.values = np.frombuffer(
             buf, dtype="<f4", count=h.count * h.dim, offset=h.values_offset
@@ -243,22 +245,22 @@ class ShardFile:
         self._sentinel = np.uint64(h.sentinel)
 
     def _parse_header(self, size: int) -> ShardHeader:
-        (magic, fmt, dim, count, shard, num_shards, slots, window, _pad, sentinel,
+        (magic, fmt, dim, count, shard, num_shards, slots, window, tail, sentinel,
          k_off, v_off, tk_off, tr_off) = HEADER.unpack_from(self._mm, 0)  # fmt: skip
         if magic != MAGIC:
             raise EctlError(f"{self.path}: not a cube shard file (bad magic)")
         if fmt != FORMAT_VERSION:
             raise EctlError(f"{self.path}: shard format {fmt}, this ectl reads {FORMAT_VERSION}")
-        if slots < 16 or slots & (slots - 1) or window != WINDOW:
+        if slots < 16 or slots & (slots - 1) or window != WINDOW or tail < WINDOW - 1:
             raise EctlError(f"{self.path}: corrupt header (table_slots={slots}, window={window})")
-        expect = _layout(dim, count, slots)
+        expect = _layout(dim, count, slots, tail)
         if (k_off, v_off, tk_off, tr_off) != expect[:4]:
             raise EctlError(f"{self.path}: corrupt header (section offsets)")
         if size != expect[4]:
             raise EctlError(f"{self.path}: truncated or padded: {size} bytes, expected {expect[4]}")
         return ShardHeader(
-            dim, count, shard, num_shards, slots, window, sentinel, k_off, v_off, tk_off,
-            tr_off, size,
+            dim, count, shard, num_shards, slots, window, tail, sentinel, k_off, v_off,
+            tk_off, tr_off, size,
         )  # fmt: skip
 
     @property
