@@ -62,7 +62,8 @@ ln -sf "$ROOT/.venv/bin/yamllint" "$BIN/yamllint"
 
 # Test HDFS (docs/hdfs.md): MiniDFSCluster from the pinned hadoop-minicluster jars, built by
 # Maven from scripts/hdfs into $CACHE/hdfs-minicluster-<hash of scripts/hdfs sources> (jars
-# also stay in ~/.m2), linked as .tools/hdfs; scripts/hdfs/minihdfs runs it.
+# also stay in ~/.m2) with a CDS archive for fast starts, linked as .tools/hdfs;
+# scripts/hdfs/minihdfs runs it.
 hdfs_minicluster() {
   local src="$ROOT/scripts/hdfs" hash cached tmp
   hash=$(cd "$src" && find pom.xml src -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum \
@@ -79,6 +80,20 @@ hdfs_minicluster() {
     mkdir "$tmp/out" && mv "$tmp/target/minihdfs.jar" "$tmp/target/lib" "$tmp/out/"
     # Atomic publish; a concurrent bootstrap that won the race leaves its copy in place.
     mv -T "$tmp/out" "$cached" 2>/dev/null || [ -f "$cached/minihdfs.jar" ]
+    rm -rf "$tmp"
+  fi
+  if [ ! -f "$cached/minihdfs.jsa" ]; then
+    # One start/stop records a class-data-sharing archive: later starts load classes from it.
+    echo "recording the hdfs-minicluster class-data-sharing archive ..." >&2
+    tmp=$(mktemp -d "$CACHE/.hdfs-cds.XXXXXX")
+    if MINIHDFS_HOME="$cached" MINIHDFS_CDS_RECORD="$tmp/minihdfs.jsa" \
+      "$ROOT/scripts/hdfs/minihdfs" --base-dir "$tmp/dfs" --exit-when-ready \
+      </dev/null >/dev/null 2>"$tmp/log" && [ -s "$tmp/minihdfs.jsa" ]; then
+      mv -f "$tmp/minihdfs.jsa" "$cached/minihdfs.jsa"
+    else
+      echo "bootstrap-tools: no CDS archive for the test HDFS (it only starts slower):" >&2
+      tail -n 3 "$tmp/log" >&2
+    fi
     rm -rf "$tmp"
   fi
   ln -sfn "$cached" "$TOOLS/hdfs"

@@ -20,7 +20,7 @@ import sun.misc.Signal;
  * so a test run that crashes leaves no java process behind. All logging goes to stderr.
  *
  * <p>Usage: {@code MiniHdfs [--nn-port N] [--http-port N] [--base-dir DIR] [--datanodes N]
- * [--exit-on-stdin-close] | --version}
+ * [--exit-on-stdin-close] [--exit-when-ready] | --version}
  */
 public final class MiniHdfs {
   private MiniHdfs() {}
@@ -29,7 +29,7 @@ public final class MiniHdfs {
     System.err.println("minihdfs: " + problem);
     System.err.println(
         "usage: minihdfs [--nn-port N] [--http-port N] [--base-dir DIR] [--datanodes N]"
-            + " [--exit-on-stdin-close] | --version");
+            + " [--exit-on-stdin-close] [--exit-when-ready] | --version");
     System.exit(2);
   }
 
@@ -52,6 +52,7 @@ public final class MiniHdfs {
     int dataNodes = 1;
     String baseDir = null;
     boolean exitOnStdinClose = false;
+    boolean exitWhenReady = false; // one start/stop cycle (bootstrap records the CDS archive)
     for (int i = 0; i < args.length; i++) {
       String arg = args[i];
       switch (arg) {
@@ -60,6 +61,9 @@ public final class MiniHdfs {
           return;
         case "--exit-on-stdin-close":
           exitOnStdinClose = true;
+          continue;
+        case "--exit-when-ready":
+          exitWhenReady = true;
           continue;
         default:
           break;
@@ -127,6 +131,9 @@ public final class MiniHdfs {
             + " hadoop=" + VersionInfo.getVersion());
     System.out.flush();
 
+    if (exitWhenReady) {
+      stopRequested.countDown();
+    }
     if (exitOnStdinClose) {
       Thread watcher =
           new Thread(
