@@ -8,6 +8,7 @@ and one clear line. Install/upgrade/rollback against a real API server: tests/cl
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -109,3 +110,87 @@ def test_missing_chart_is_a_clear_error(tmp_path, dead_kubeconfig):
         assert proc.returncode == 1, proc.stderr
         assert "no chart at" in proc.stderr and "ELASTICCTR_CHART_DIR" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+# --- the real chart ------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "values" / "demo.yaml"
+
+
+def test_template_real_chart_offline(tmp_path):
+    require_tool("helm")
+    proc = ectl("template", "-f", str(DEMO), "-R", "ctr", "-n", "ctr", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    kinds = {d["kind"] for d in docs}
+    assert {"Job", "StatefulSet", "Deployment", "Service"} <= kinds
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/instance"] == "ctr" for d in docs)
+
+
+def test_dry_run_diff_on_the_real_chart_shows_the_job_replaced():
+    """More pservers change the Volcano Job's spec, so the chart renames the Job: the diff
+    shows the old one deleted and a new one created (Volcano rejects in-place edits)."""
+    from elasticctr.values import load_files, merge
+
+    helm = require_tool("helm")
+    client = helm_client(Target("ctr", "ctr", None, None, helm))
+    base = load_files([DEMO])
+    more = merge(base, {"trainer": {"pserver": {"replicas": 3}}}, drop_nulls=False)
+    current = asyncio.run(render(client, REPO / "charts" / "elasticctr", "ctr", base, "ctr", False))
+    proposed = asyncio.run(render(client, REPO / "charts" / "elasticctr", "ctr", more, "ctr", True))
+    jobs = [(c.action, c.kind) for c in diff_manifests(current, proposed, "ctr") if c.kind == "Job"]
+    assert sorted(jobs) == [("create", "Job"), ("delete", "Job")]
+
+
+def test_invalid_values_stop_before_helm_and_cluster(tmp_path, dead_kubeconfig):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  pserver:\n    replicas: 0\ncube:\n  shards: x\n")
+    for verb in ("template", "install", "upgrade"):
+        cluster = [] if verb == "template" else ["--kubeconfig", str(dead_kubeconfig)]
+        proc = ectl(verb, "-f", str(bad), *cluster)
+        assert proc.returncode == 2, (verb, proc.stderr)
+        assert "trainer.pserver.replicas: 0 is less than the minimum of 1" in proc.stderr
+        assert "cube.shards: 'x' is not of type 'integer'" in proc.stderr
+        assert "unreachable" not in proc.stderr  # validation came first
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["install"],
+        ["install", "--dry-run"],
+        ["upgrade"],
+        ["upgrade", "--dry-run"],
+    ],
+    ids=lambda a: "-".join(a),
+)
+def test_deploy_verbs_without_a_cluster(args, dead_kubeconfig):
+    require_tool("helm")
+    proc = ectl(*args, "-f", str(DEMO), "--kubeconfig", str(dead_kubeconfig))
+    assert proc.returncode == 3, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "Kubernetes cluster unreachable" in text and "ectl doctor" in text
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_secret_values_never_appear_in_a_diff():
+    def secret(token: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s"},
+            "data": {"token": token},
+            "stringData": {"plain": token + "-p"},
+        }
+
+    changes = diff_manifests([secret("b2xkLXNlY3JldA==")], [secret("bmV3LXNlY3JldA==")], "ns")
+    assert [(c.action, c.kind) for c in changes] == [("change", "Secret")]
+    text = changes[0].diff
+    assert "b2xkLXNlY3JldA==" not in text and "bmV3LXNlY3JldA==" not in text
+    assert "-p" not in text.replace("--- ", "").replace("+++ ", "")
+    assert "(sha256 " in text and changes[0].added == 2 and changes[0].removed == 2
+    assert diff_manifests([secret("same")], [secret("same")], "ns") == []

@@ -9,6 +9,8 @@ This module owns release lifecycle only; reading cluster state is `status.py`'s 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,10 +85,25 @@ def _key(doc: dict[str, Any], default_namespace: str) -> tuple[str, str, str]:
     )
 
 
+def _masked(doc: dict[str, Any]) -> dict[str, Any]:
+    """Secrets show a digest of each value, never the value: a change stays visible."""
+    if doc.get("kind") != "Secret":
+        return doc
+    masked = dict(doc)
+    for field in ("data", "stringData"):
+        if isinstance(doc.get(field), dict):
+            masked[field] = {
+                key: f"(sha256 {hashlib.sha256(str(value).encode()).hexdigest()[:12]})"
+                for key, value in doc[field].items()
+            }
+    return masked
+
+
 def _dump(doc: dict[str, Any] | None) -> list[str]:
     if doc is None:
         return []
-    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False).splitlines(True)
+    text = yaml.safe_dump(_masked(doc), sort_keys=True, default_flow_style=False)
+    return text.splitlines(True)
 
 
 def diff_manifests(
@@ -196,6 +213,29 @@ async def render(
         raise common.helm_error(exc, "helm template failed") from exc
 
 
+async def server_render(
+    client, chart_path: Path, release: str, values: dict[str, Any], namespace: str
+) -> list[dict[str, Any]]:
+    """What `helm upgrade --install` would apply, rendered by helm against the cluster.
+
+    `--dry-run=server` lets the chart's `lookup` see existing objects (kept Secrets), so
+    the diff against `helm get manifest` shows only real changes.
+    """
+    command = [
+        "upgrade", release, str(chart_path), "--install", "--dry-run=server",
+        "--namespace", namespace, "--output", "json", "--values", "-",
+    ]  # fmt: skip
+    try:
+        out = await client._command.run(command, json.dumps(values).encode())
+    except Exception as exc:
+        raise common.helm_error(exc, "helm upgrade --dry-run failed") from exc
+    try:
+        manifest = json.loads(out[out.index(b"{") :]).get("manifest", "")
+    except ValueError as exc:
+        raise EctlError(f"helm upgrade --dry-run printed no release: {out[:200]!r}") from exc
+    return [d for d in yaml.safe_load_all(manifest) if isinstance(d, dict)]
+
+
 async def current_manifests(
     client, release: str, namespace: str, revision: int | None = None
 ) -> list[dict[str, Any]] | None:
@@ -248,14 +288,19 @@ def _deploy(
 
     async def go() -> None:
         if dry_run:
-            proposed = await render(
-                client, chart_path, target.release, values, namespace, upgrade=verb == "upgrade"
-            )
             current = await current_manifests(client, target.release, namespace)
             if verb == "upgrade" and current is None:
                 raise EctlError(
                     f"release {target.release} not found in namespace {namespace}",
                     hint="use `ectl install` for a new release",
+                )
+            if current is None:  # a new release: nothing for `lookup` to find, render offline
+                proposed = await render(
+                    client, chart_path, target.release, values, namespace, upgrade=False
+                )
+            else:
+                proposed = await server_render(
+                    client, chart_path, target.release, values, namespace
                 )
             changes = diff_manifests(current or [], proposed, namespace)
             _print_changes(
