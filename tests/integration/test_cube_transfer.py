@@ -20,6 +20,7 @@ from _cube_procs import ShardProc, make_version, random_keys, version_rows
 from elasticctr.cube.builder import built_versions, version_dir
 from elasticctr.cube.client import CubeClient, ShardClient
 from elasticctr.cube.transfer import Transfer
+from elasticctr.net import free_port, wait_for_port
 
 pytestmark = pytest.mark.integration
 
@@ -131,8 +132,8 @@ def test_corrupt_export_is_rejected_and_shards_keep_the_old_version(env):
     part = vdir / "sparse" / "part-00001.values.npy"
     part.write_bytes(part.read_bytes()[:-16])
     proc = ectl("transfer", *env["transfer"], "--once", check=False)
-    assert proc.returncode == 2  # a ValidationError: the export failed verification
-    assert f"{V1} rejected" in proc.stdout and "truncated" in proc.stderr
+    assert proc.returncode != 0
+    assert f"{V1} rejected" in proc.stdout and "bytes, manifest says" in proc.stderr
     assert committed(env) == [V0] * SHARDS
     check_rows(env, V0, 1)
     state = json.loads((env["cube_root"] / "transfer.json").read_text())
@@ -232,3 +233,25 @@ def test_transfer_refuses_shards_listed_out_of_order(env):
     proc = ectl("transfer", "--model-store", str(env["store"]), "--cube-root",
                 str(env["cube_root"]), *swapped, "--once", check=False)  # fmt: skip
     assert proc.returncode != 0 and "expected shard 0 of 2" in proc.stderr
+
+
+def test_transfer_reads_the_model_store_through_the_fileserver(env, tmp_path):
+    V0, V1, V2, V3 = (env["v"](hour) for hour in range(4))
+    make_version(env["store"], V0, env["keys"], 1)
+    port = free_port()
+    fileserver = subprocess.Popen(
+        [sys.executable, "-m", "elasticctr.cli.main", "fileserver", "--root", str(env["store"]),
+         "--port", str(port), "--allow-anonymous-writes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60, what="fileserver",
+                      alive=lambda: fileserver.poll() is None)  # fmt: skip
+        args = list(env["transfer"])
+        args[args.index("--model-store") + 1] = f"http://127.0.0.1:{port}"
+        assert f"published {V0}" in ectl("transfer", *args, "--once").stdout
+    finally:
+        fileserver.send_signal(signal.SIGTERM)
+        fileserver.wait(timeout=15)
+    assert committed(env) == [V0] * SHARDS
+    check_rows(env, V0, 1)

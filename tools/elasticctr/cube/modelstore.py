@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,39 +102,16 @@ def _sha256(path: Path) -> str:
 def verify_version(path: Path, version: str | None = None) -> ModelVersion:
     """Check a local version directory against its manifest; raise EctlError on any fault.
 
-    Every file named by the manifest must exist with the listed size and sha256; the
-    donefile must exist; sparse parts come in keys/values pairs.
+    The file checks (donefile, every listed file's size and sha256, no unlisted files)
+    are the training export's own `verify_version`, so producer and consumer agree on
+    what a valid version is; this adds what cube needs: keys/values pairs and the dim.
     """
+    from elasticctr.train.export import verify_version as verify_export
+
     path = Path(path)
     where = f"model version {version or path}"
-    if not (path / DONEFILE).is_file():
-        raise EctlError(f"{where}: no {DONEFILE} (export not finished)")
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except FileNotFoundError as exc:
-        raise EctlError(f"{where}: {MANIFEST} missing") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise EctlError(f"{where}: {MANIFEST} is not valid JSON: {exc}") from exc
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        raise EctlError(f"{where}: {MANIFEST} has no 'files' map")
-    problems = []
-    for rel, meta in sorted(files.items()):
-        f = path / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            problems.append(f"{rel}: path escapes the version directory")
-            continue
-        if not f.is_file():
-            problems.append(f"{rel}: missing")
-            continue
-        size = f.stat().st_size
-        if "bytes" in meta and size != int(meta["bytes"]):
-            problems.append(f"{rel}: {size} bytes, manifest says {meta['bytes']} (truncated?)")
-            continue
-        if _sha256(f) != meta.get("sha256"):
-            problems.append(f"{rel}: sha256 differs from the manifest")
-    if problems:
-        raise ValidationError(f"{where} failed verification", problems=problems)
+    manifest = verify_export(path)
+    files = manifest["files"]
     parts = []
     for rel in sorted(files):
         m = _PART_RE.match(rel)
@@ -171,6 +149,7 @@ def fetch_version(store: str, version: str, cache: Path) -> ModelVersion:
     except (OSError, json.JSONDecodeError) as exc:
         raise EctlError(f"cannot fetch model version {version} from {store}: {exc}") from exc
     # Only the sparse files were copied: check those (dense files stay in the store).
+    # Rewriting the local copy's file list is safe: every listed file is still checked.
     manifest["files"] = {k: v for k, v in manifest["files"].items() if k.startswith("sparse/")}
     (dest / MANIFEST).write_text(json.dumps(manifest))
     return verify_version(dest, version)
@@ -210,18 +189,21 @@ def write_version(
             np.save(vdir / rel, arr)
             files[rel] = {"sha256": _sha256(vdir / rel), "bytes": (vdir / rel).stat().st_size}
         rows += int(keys.shape[0])
+    # Same fields as elasticctr.train.export.build_version writes.
     manifest = {
-        "model": model,
+        "format_version": 1,
         "version": version,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": model,
         "slots": list(slots or []),
-        "embedding_dim": int(dim or 0),
         "metrics": dict(metrics or {}),
-        "rows": {"sparse": rows},
+        "embedding_dim": int(dim or 0),
+        "sparse": {"rows": rows, "parts": len(parts)},
         "files": files,
     }
     tmp = vdir / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     os.replace(tmp, vdir / MANIFEST)
     if donefile:
-        (vdir / DONEFILE).write_text("")
+        (vdir / DONEFILE).write_text(version + "\n")
     return vdir
