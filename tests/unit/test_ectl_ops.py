@@ -277,3 +277,12 @@ def test_helm_found_through_env_var(dead_kubeconfig):
     env = {"ELASTICCTR_HELM": helm, "PATH": "/usr/bin:/bin"}
     proc = ectl("history", "--kubeconfig", str(dead_kubeconfig), env=env)
     assert proc.returncode == 3, proc.stderr  # got as far as the cluster
+
+
+@pytest.mark.fast
+def test_followed_log_chunks_become_whole_lines():
+    from elasticctr.cli.status import split_lines
+
+    chunks = [b"step 1 auc=0.7", b"1\nstep 2", b" auc=0.72\r\n", b"", b"\xff tail"]
+    assert list(split_lines(chunks)) == ["step 1 auc=0.71", "step 2 auc=0.72", "\ufffd tail"]
+    assert list(split_lines([])) == []

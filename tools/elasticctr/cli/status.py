@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +389,18 @@ def status(
         _print_status(data)
 
 
+def split_lines(chunks) -> Iterator[str]:
+    """Whole lines from a byte stream whose chunks end anywhere (a followed log)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.decode(errors="replace").rstrip("\r")
+    if pending:
+        yield pending.decode(errors="replace").rstrip("\r")
+
+
 def _component(value: str) -> str:
     if value not in COMPONENTS + EXTRA_COMPONENTS:
         raise typer.BadParameter(f"choose one of {', '.join(COMPONENTS + EXTRA_COMPONENTS)}")
@@ -463,13 +476,14 @@ def logs(
                 _request_timeout=None if follow else REQUEST_TIMEOUT,
                 **kwargs,
             )
-            for raw in resp.stream() if follow else [resp.data]:
-                for line in raw.decode(errors="replace").splitlines():
-                    with lock:
-                        typer.echo(f"{name} | {line}" if len(pods) > 1 else line)
+            for line in split_lines(resp.stream() if follow else [resp.data]):
+                with lock:
+                    typer.echo(f"{name} | {line}" if len(pods) > 1 else line)
         except Exception as exc:
             with lock:
-                common.err_console.print(f"[yellow]{name}: {common.kube_error(exc, 'logs')}")
+                common.err_console.print(
+                    f"{name}: {common.kube_error(exc, 'logs')}", markup=False, style="yellow"
+                )
 
     try:
         if follow and len(pods) > 1:
