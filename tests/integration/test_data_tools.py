@@ -162,3 +162,18 @@ def test_user_errors_are_one_clear_line(tmp_path):
     assert missing.returncode == 1 and "not found" in missing.stderr
     ok = ectl("data", "profile", str(tmp_path / "part-0"))
     assert "3 malformed" in ok.stdout and "part-0:2:" in ok.stdout
+
+
+def test_atomic_overwrite_on_hdfs(hdfs_dir):
+    target = f"{hdfs_dir}/conf/slot.conf"
+    storage.write_text(target, "0\n1\n", UGI)
+    storage.write_text(target, "0\n1\n2\n", UGI)  # replaces in one rename (OVERWRITE)
+    assert storage.read_text(target, UGI) == "0\n1\n2\n"
+    assert storage.list_names(f"{hdfs_dir}/conf", UGI) == [("slot.conf", False)]
+    with pytest.raises(RuntimeError):
+        with storage.open_atomic(target, UGI) as fh:
+            fh.write(b"half")
+            raise RuntimeError("writer died")
+    assert storage.read_text(target, UGI) == "0\n1\n2\n"
+    fs, path = storage.url_to_fs(f"{hdfs_dir}/conf", UGI)
+    assert [p.rsplit("/", 1)[1] for p in fs.ls(path, detail=False)] == ["slot.conf"]

@@ -203,6 +203,8 @@ def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
         fh.close()
         if isinstance(fs, LocalFileSystem):
             os.replace(tmp, path)
+        elif _scheme(url) == "hdfs":
+            fs.mv(tmp, path, overwrite=True)  # HDFS rename2(OVERWRITE): one atomic step
         else:
             if fs.exists(path):
                 fs.rm(path)
