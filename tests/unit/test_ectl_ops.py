@@ -286,3 +286,39 @@ def test_followed_log_chunks_become_whole_lines():
     chunks = [b"step 1 auc=0.7", b"1\nstep 2", b" auc=0.72\r\n", b"", b"\xff tail"]
     assert list(split_lines(chunks)) == ["step 1 auc=0.71", "step 2 auc=0.72", "\ufffd tail"]
     assert list(split_lines([])) == []
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "stderr,exit_code,words",
+    [
+        (
+            b'Error: Kubernetes cluster unreachable: Get "https://10.0.0.1:6443/version": '
+            b"dial tcp 10.0.0.1:6443: i/o timeout\n",
+            3,
+            ["Kubernetes cluster unreachable", "i/o timeout", "ectl doctor"],
+        ),
+        (
+            b"Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress\n",
+            1,
+            ["another operation", "ectl rollback"],
+        ),
+        (b"Error: release: not found\n", 1, ["release: not found", "ectl install"]),
+        (
+            b"WARNING: kubeconfig is group-readable\nError: INSTALLATION FAILED: quota exceeded\n",
+            1,
+            ["INSTALLATION FAILED: quota exceeded"],
+        ),
+    ],
+)
+def test_helm_errors_become_one_line_with_a_hint(stderr, exit_code, words):
+    from pyhelm3.errors import Error
+
+    from elasticctr.cli._common import helm_error
+
+    err = helm_error(Error(1, b"", stderr), "upgrade ctr failed")
+    assert err.exit_code == exit_code
+    text = str(err)
+    assert "\n" not in text and "WARNING" not in text
+    for word in words:
+        assert word in text

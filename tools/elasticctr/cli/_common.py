@@ -201,6 +201,12 @@ def helm_error(exc: Exception, what: str) -> EctlError:
             hint="check --kubeconfig/--context, then run `ectl doctor`",
             exit_code=EXIT_UNREACHABLE,
         )
+    if "another operation" in low and "in progress" in low:
+        return EctlError(
+            f"{what}: {message}",
+            hint="an earlier install/upgrade/rollback was interrupted: `ectl history`, then "
+            "`ectl rollback` to the last deployed revision",
+        )
     if "release: not found" in low or "not found" in low and "release" in low:
         return EctlError(
             f"{what}: {message}",

@@ -294,6 +294,11 @@ def _deploy(
                     f"release {target.release} not found in namespace {namespace}",
                     hint="use `ectl install` for a new release",
                 )
+            if verb == "install" and current is not None:
+                raise EctlError(
+                    f"release {target.release} already exists in namespace {namespace}",
+                    hint="`ectl upgrade --dry-run` shows what an upgrade would change",
+                )
             if current is None:  # a new release: nothing for `lookup` to find, render offline
                 proposed = await render(
                     client, chart_path, target.release, values, namespace, upgrade=False

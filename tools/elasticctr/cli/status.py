@@ -225,8 +225,8 @@ def collect_status(target: Target) -> dict[str, Any]:
         status["mlflow"] = (
             {
                 "url": f"http://{mlflow.metadata.name}.{namespace}.svc:{mlflow.spec.ports[0].port}",
-                "portForward": f"kubectl -n {namespace} port-forward "
-                f"svc/{mlflow.metadata.name} 5000:{mlflow.spec.ports[0].port}",
+                "portForward": f"ectl port-forward mlflow -R {target.release} -n {namespace} "
+                "-p 5000",
             }
             if mlflow
             else {"unavailable": "mlflow disabled (or external: see global.mlflow.trackingUri)"}
