@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from _cube_procs import ShardProc, make_version, random_keys, version_rows
 
+from elasticctr.constants import ENV_FILESERVER_TOKEN
 from elasticctr.cube.builder import built_versions, version_dir
 from elasticctr.cube.client import CubeClient, ShardClient
 from elasticctr.cube.transfer import Transfer
@@ -28,12 +29,13 @@ SHARDS = 2
 N = 3000
 
 
-def ectl(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+def ectl(*args: str, check: bool = True, timeout: float = 120, env=None):
     proc = subprocess.run(
         [sys.executable, "-m", "elasticctr.cli.main", "cube", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"ectl cube {args[0]} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -239,17 +241,22 @@ def test_transfer_reads_the_model_store_through_the_fileserver(env, tmp_path):
     V0, V1, V2, V3 = (env["v"](hour) for hour in range(4))
     make_version(env["store"], V0, env["keys"], 1)
     port = free_port()
+    with_token = {**os.environ, ENV_FILESERVER_TOKEN: "read-token"}
     fileserver = subprocess.Popen(
         [sys.executable, "-m", "elasticctr.cli.main", "fileserver", "--root", str(env["store"]),
-         "--port", str(port), "--allow-anonymous-writes"],
+         "--port", str(port), "--protect-reads"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=with_token,
     )  # fmt: skip
     try:
         wait_for_port("127.0.0.1", port, timeout=60, what="fileserver",
                       alive=lambda: fileserver.poll() is None)  # fmt: skip
         args = list(env["transfer"])
         args[args.index("--model-store") + 1] = f"http://127.0.0.1:{port}"
-        assert f"published {V0}" in ectl("transfer", *args, "--once").stdout
+        # Reads are protected: without the token the store cannot be read.
+        denied = ectl("transfer", *args, "--once", check=False)
+        assert denied.returncode != 0 and "cannot list the model store" in denied.stderr
+        assert f"published {V0}" in ectl("transfer", *args, "--once", env=with_token).stdout
     finally:
         fileserver.send_signal(signal.SIGTERM)
         fileserver.wait(timeout=15)

@@ -39,6 +39,7 @@ def _shard_urls(urls: list[str] | None) -> list[str]:
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
 
 @cube_app.command("build")

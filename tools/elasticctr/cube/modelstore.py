@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from elasticctr.constants import DONEFILE
+from elasticctr.constants import DONEFILE, ENV_FILESERVER_TOKEN
 from elasticctr.errors import EctlError, ValidationError
 
 MANIFEST = "manifest.json"
@@ -48,6 +48,10 @@ def _local_path(url: str) -> Path | None:
 def _fs(url: str):
     import fsspec
 
+    token = os.environ.get(ENV_FILESERVER_TOKEN)
+    if token and url.startswith(("http://", "https://")):
+        # A fileserver with protected reads wants the same token as for writes.
+        return fsspec.core.url_to_fs(url, headers={"Authorization": f"Bearer {token}"})
     return fsspec.core.url_to_fs(url)
 
 
@@ -66,16 +70,25 @@ def list_versions(store: str) -> list[str]:
                     found.append(vid)
         return found
     fs, root = _fs(store.rstrip("/") + "/" + VERSIONS_DIR)
-    if not fs.exists(root):
-        return []
-    for day in sorted(fs.ls(root, detail=False)):
+
+    def ls(path: str) -> list[str]:
+        try:
+            return sorted(fs.ls(path, detail=False))
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # auth, network: never mistake them for "no versions"
+            raise EctlError(f"cannot list the model store {store}: {exc!r}") from exc
+
+    for day in ls(root):
         day_name = day.rstrip("/").rsplit("/", 1)[-1]
         if not re.fullmatch(r"\d{8}", day_name):
             continue
-        for hour in sorted(fs.ls(day, detail=False)):
+        for hour in ls(day):
             hour_name = hour.rstrip("/").rsplit("/", 1)[-1]
             vid = f"{day_name}/{hour_name}"
-            if _VERSION_RE.match(vid) and fs.exists(hour.rstrip("/") + "/" + DONEFILE):
+            if _VERSION_RE.match(vid) and DONEFILE in {
+                p.rstrip("/").rsplit("/", 1)[-1] for p in ls(hour)
+            }:
                 found.append(vid)
     return found
 
