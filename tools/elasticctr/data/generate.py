@@ -18,10 +18,11 @@ Output: ``{out}/{YYYYMMDD}/{HH}/part-NNNNN`` + ``donefile`` (written last), and 
 ``{out}``: ``slot.conf`` and ``generator.json`` (parameters, per-hour counts, oracle AUC
 and log loss on the held-out hour, which is the last generated hour).
 
-Fast path: a file is built in blocks; each slot's feasign texts (`` <feasign>:<slot>``)
-are pre-rendered once as Python bytes, a block is an object matrix of those tokens and
-one ``b"".join`` renders it; files are independent (own RNG stream), so ``workers``
-processes produce identical output to one process.
+Fast path: a file is built in blocks; every `` <feasign>:<slot>`` token is pre-rendered
+once into a fixed-width byte table (NUL-padded, by array arithmetic); a block of lines
+is one ``np.take`` of table rows followed by ``bytes.translate`` deleting the NULs.
+Files are independent (own RNG stream), so ``workers`` processes produce identical
+output to one process.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class SyntheticModel:
         ]
         self.bias = 0.0
         self.bias = self._calibrate(rng)
-        self._tokens: list[np.ndarray] | None = None
+        self._table: np.ndarray | None = None
+        self._rows: np.ndarray | None = None
 
     def _calibrate(self, rng: np.random.Generator) -> float:
         """Bias so that the mean click probability is spec.ctr (bisection on a sample)."""
@@ -169,27 +171,50 @@ class SyntheticModel:
     def probability(self, ranks: np.ndarray, present: np.ndarray) -> np.ndarray:
         return _sigmoid(self.logit(ranks, present))
 
-    def tokens(self) -> list[np.ndarray]:
-        """Per slot, an object array of b' <feasign>:<slot>' for every rank (built once)."""
-        if self._tokens is None:
-            self._tokens = [
-                np.array([f" {f}:{slot}".encode() for f in self.feasigns[j].tolist()], dtype=object)
-                for j, slot in enumerate(self.spec.slots)
-            ]
-        return self._tokens
+    def token_table(self) -> np.ndarray:
+        """Every `` <feasign>:<slot>`` token as a fixed-width row, NUL where unused.
+
+        Rows ``j * vocab + rank``, then ``1 0``, ``1 1``, ``\\n`` and an empty row. Built
+        with array arithmetic (no Python strings); the NUL bytes are deleted after
+        gathering a block of rows, which is how variable-length tokens join cheaply.
+        """
+        if self._table is not None:
+            return self._table
+        slots, vocab = self.spec.slots, self.spec.vocab
+        slot_texts = [f":{slot}".encode() for slot in slots]
+        width = 1 + 20 + max(len(t) for t in slot_texts)
+        table = np.zeros((len(slots) * vocab + 4, width), dtype=np.uint8)
+        for j, slot_text in enumerate(slot_texts):
+            rows = table[j * vocab : (j + 1) * vocab]
+            rows[:, 0] = ord(" ")
+            value = self.feasigns[j].copy()
+            digits = np.zeros((vocab, 20), dtype=np.uint8)
+            for col in range(19, -1, -1):
+                digits[:, col] = (value % np.uint64(10)).astype(np.uint8)
+                value //= np.uint64(10)
+            # leading zeros become NUL (deleted later); the last digit always stays
+            leading = np.cumsum(digits != 0, axis=1) == 0
+            leading[:, -1] = False
+            rows[:, 1:21] = np.where(leading, 0, digits + ord("0"))
+            rows[:, 21 : 21 + len(slot_text)] = np.frombuffer(slot_text, dtype=np.uint8)
+        base = len(slots) * vocab
+        for k, text in enumerate((b"1 0", b"1 1", b"\n")):
+            table[base + k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+        self._table = table
+        self._rows = table.view(f"V{width}").ravel()
+        return table
 
     def render(self, ranks: np.ndarray, present: np.ndarray, clicks: np.ndarray) -> bytes:
         """ElasticCTR lines for a block of samples (show is always 1)."""
+        self.token_table()
         n, nslots = ranks.shape
-        cells = np.empty((n, nslots + 2), dtype=object)
-        cells[:, 0] = np.where(clicks, b"1 1", b"1 0")
-        tokens = self.tokens()
-        for j in range(nslots):
-            column = tokens[j][ranks[:, j]]
-            column[~present[:, j]] = b""
-            cells[:, j + 1] = column
-        cells[:, -1] = b"\n"
-        return b"".join(cells.ravel().tolist())
+        base = nslots * self.spec.vocab
+        rows = np.empty((n, nslots + 2), dtype=np.int64)
+        rows[:, 0] = base + clicks
+        np.add(ranks, np.arange(nslots, dtype=np.int64) * self.spec.vocab, out=rows[:, 1:-1])
+        rows[:, 1:-1][~present] = base + 3
+        rows[:, -1] = base + 2
+        return np.take(self._rows, rows).tobytes().translate(None, b"\0")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -328,7 +353,7 @@ def generate(
         )
     began = time.perf_counter()
     model = SyntheticModel(spec)
-    model.tokens()  # render vocabularies once, before forking workers
+    model.token_table()  # render vocabularies once, before forking workers
     _init_worker(model)
     setup_seconds = time.perf_counter() - began
     hour_list = [start + HOUR * i for i in range(hours)]
