@@ -436,7 +436,9 @@ class LineParser:
             feasigns = feasigns % np.uint64(self.sparse_dim)
 
         nslots = len(self.slots)
-        order = np.argsort(slot_idx, kind="stable")
+        # stable argsort of small ints is a radix sort in numpy: keep the key 16-bit
+        key = slot_idx.astype(np.int16) if nslots < 2**15 else slot_idx
+        order = np.argsort(key, kind="stable")
         per_slot = np.bincount(slot_idx, minlength=nslots)
         ids = np.split(feasigns[order], np.cumsum(per_slot)[:-1])
         lengths = (
