@@ -69,6 +69,47 @@ ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
 """Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
 CUBE_PORT = 8500
 
+# --- training roles (Paddle Fleet parameter server) ------------------------------------
+# One environment contract for local processes and pods; see docs/training.md. The PADDLE_*
+# names are what Paddle's PaddleCloudRoleMaker reads; elasticctr.train.env fills them from
+# Volcano's variables when they are absent.
+ENV_TRAINING_ROLE = "TRAINING_ROLE"
+"""PSERVER or TRAINER."""
+ROLE_PSERVER = "PSERVER"
+ROLE_TRAINER = "TRAINER"
+ENV_PSERVER_ENDPOINTS = "PADDLE_PSERVERS_IP_PORT_LIST"
+"""Comma-separated host:port of every pserver, pserver 0 first."""
+ENV_TRAINER_ID = "PADDLE_TRAINER_ID"
+"""This trainer's index, 0..PADDLE_TRAINERS_NUM-1 (trainer 0 evaluates and exports)."""
+ENV_TRAINERS_NUM = "PADDLE_TRAINERS_NUM"
+ENV_POD_IP = "POD_IP"
+"""Address this role is reachable at; a pserver's POD_IP:PADDLE_PORT must be in the list."""
+ENV_PADDLE_PORT = "PADDLE_PORT"
+"""Port this role listens on (pserver: the PS service)."""
+ENV_GLOO_HTTP_ENDPOINT = "PADDLE_GLOO_HTTP_ENDPOINT"
+"""host:port of the trainer rendezvous store that pserver 0 serves (trainer barriers)."""
+ENV_WITH_GLOO = "PADDLE_WITH_GLOO"
+ENV_GLOO_RENDEZVOUS = "PADDLE_GLOO_RENDEZVOUS"
+ENV_PIR_API = "FLAGS_enable_pir_api"
+"""Must be 0 in PS processes: Paddle 3.0's Fleet PS runs only on the legacy program IR."""
+DEFAULT_PSERVER_PORT = 6170
+DEFAULT_GLOO_PORT = 6171
+"""On pserver 0 (rendezvous store for trainer barriers)."""
+ENV_VC_PSERVER_HOSTS = "VC_PSERVER_HOSTS"
+"""Volcano svc plugin: comma-separated stable host names of task `pserver`."""
+ENV_VC_TRAINER_HOSTS = "VC_TRAINER_HOSTS"
+ENV_VC_PSERVER_NUM = "VC_PSERVER_NUM"
+ENV_VC_TRAINER_NUM = "VC_TRAINER_NUM"
+ENV_VC_TASK_INDEX = "VC_TASK_INDEX"
+"""Volcano env plugin: this pod's index within its task."""
+ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"
+"""How long a trainer waits for every pserver endpoint to accept TCP connections."""
+DEFAULT_PSERVER_WAIT_SECONDS = 300.0
+ENV_TRAIN_VALUES = "ECTL_TRAIN_VALUES"
+"""Path of the values file a role reads (same as `ectl train pserver|trainer -f`)."""
+ENV_TRAIN_STAGING = "ECTL_TRAIN_STAGING"
+"""Folder pservers dump sparse tables into before export (shared volume in a cluster)."""
+
 # --- serving --------------------------------------------------------------------------
 ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"
 """Bearer token for the prediction API and its /admin routes (server and `ectl predict`)."""

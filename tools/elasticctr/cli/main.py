@@ -64,6 +64,7 @@ def _register() -> None:
 
 # Verb-group modules under elasticctr/cli/, each with a `register(app)` function.
 _VERB_MODULES: list[str] = [
+    "train",
     "fileserver",
     "data",
     "coordinator",

@@ -1,0 +1,124 @@
+"""`ectl train`: the parameter-server roles and the local launcher.
+
+ectl train pserver -f values.yaml      # one pserver (env contract: docs/training.md)
+ectl train trainer -f values.yaml      # one trainer
+ectl train --local -p 1 -t 2 -f values.yaml   # P pservers + T trainers on this machine
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from elasticctr import constants as C
+from elasticctr.errors import EctlError
+
+train_app = typer.Typer(
+    name="train",
+    help="Train with Paddle Fleet parameter servers (roles, or all locally with --local).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+VALUES_HELP = f"Values file (trainer.model, global.data, ...); or set {C.ENV_TRAIN_VALUES}."
+
+
+def _values_path(values: Path | None) -> Path:
+    if values is None:
+        env = os.environ.get(C.ENV_TRAIN_VALUES)
+        if not env:
+            raise EctlError(
+                "no values file: pass -f values.yaml", hint=f"or set {C.ENV_TRAIN_VALUES}"
+            )
+        values = Path(env)
+    if not values.is_file():
+        raise EctlError(f"values file {values} does not exist")
+    return values
+
+
+def _synthetic_args(samples: int, partitions: int) -> list[str]:
+    if samples <= 0:
+        return []
+    return ["--synthetic-samples", str(samples), "--synthetic-partitions", str(partitions)]
+
+
+@train_app.callback()
+def train(
+    ctx: typer.Context,
+    local: bool = typer.Option(False, "--local", help="Run P pservers + T trainers here."),
+    pservers: int = typer.Option(1, "--pservers", "-p", min=1, help="Number of pservers."),
+    trainers: int = typer.Option(2, "--trainers", "-t", min=1, help="Number of trainers."),
+    values: Path = typer.Option(None, "--values", "-f", help=VALUES_HELP),
+    log_dir: Path = typer.Option(
+        None, "--log-dir", help="Where role logs go (default $ELASTICCTR_HOME/train/<time>)."
+    ),
+    synthetic_samples: int = typer.Option(
+        0, "--synthetic-samples", help="Train on N in-memory synthetic samples per partition."
+    ),
+    synthetic_partitions: int = typer.Option(1, "--synthetic-partitions", min=1),
+    timeout: float = typer.Option(None, "--timeout", help="Fail if not done in this many s."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo role logs."),
+) -> None:
+    """Train with Paddle Fleet parameter servers."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not local:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    from elasticctr.train import config
+    from elasticctr.train.launcher import launch
+
+    path = _values_path(values)
+    config.load(path)  # fail fast, before any process starts
+    home = Path(os.environ.get(C.ENV_HOME, ".elasticctr"))
+    log_dir = log_dir or home / "train" / time.strftime("%Y%m%d-%H%M%S")
+    result = launch(
+        path.resolve(),
+        pservers=pservers,
+        trainers=trainers,
+        log_dir=log_dir,
+        extra_trainer_args=_synthetic_args(synthetic_samples, synthetic_partitions),
+        timeout=timeout,
+        stream=not quiet,
+    )
+    typer.echo(f"training finished in {result.seconds:.0f}s; logs in {result.log_dir}")
+
+
+@train_app.command("pserver")
+def pserver(values: Path = typer.Option(None, "--values", "-f", help=VALUES_HELP)) -> None:
+    """Run one parameter server (until stopped)."""
+    from elasticctr.train import config, roles
+
+    roles.main_pserver(config.load(_values_path(values)))
+
+
+@train_app.command("trainer")
+def trainer(
+    values: Path = typer.Option(None, "--values", "-f", help=VALUES_HELP),
+    synthetic_samples: int = typer.Option(
+        0, "--synthetic-samples", help="Train on N in-memory synthetic samples per partition."
+    ),
+    synthetic_partitions: int = typer.Option(1, "--synthetic-partitions", min=1),
+    results: Path = typer.Option(
+        None, "--results", help="Trainer 0 appends one JSON line of metrics per partition."
+    ),
+) -> None:
+    """Run one trainer: train every partition; trainer 0 evaluates and exports."""
+    from elasticctr.train import config, roles
+
+    cfg = config.load(_values_path(values))
+    synthetic = (
+        roles.SyntheticPlan(samples=synthetic_samples, partitions=synthetic_partitions)
+        if synthetic_samples > 0
+        else None
+    )
+    wait = float(os.environ.get(C.ENV_PSERVER_WAIT_SECONDS, C.DEFAULT_PSERVER_WAIT_SECONDS))
+    opts = roles.TrainerOptions(synthetic=synthetic, pserver_wait=wait, results=results)
+    roles.main_trainer(cfg, opts)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")

@@ -1,0 +1,119 @@
+"""What a training role needs from the values file (docs/contracts.md), validated once.
+
+Keys read: `trainer.model` (name + hyperparameters, see `elasticctr.train.models`),
+`global.data` (path, slots, sparseDim, startDateHour, endDateHour, maxErrorRate,
+hdfsUgi), `global.modelStore`, `global.mlflow.trackingUri`. Everything else in the
+values file belongs to other parts and is ignored here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elasticctr.constants import DEFAULT_MAX_ERROR_RATE
+from elasticctr.errors import ValidationError
+from elasticctr.train.models import ModelSpec, resolve_spec
+
+DATE_HOUR = re.compile(r"^\d{8}/\d{2}$")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelSpec
+    slots: tuple[int, ...]
+    data_path: str = ""
+    sparse_dim: int | None = None
+    start_date_hour: str = ""
+    end_date_hour: str = ""
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    hdfs_ugi: str | None = None
+    model_store: str = ""
+    mlflow_uri: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def from_values(values: Mapping[str, Any]) -> TrainConfig:
+    """Build a TrainConfig; every problem is reported at once with its key path."""
+    problems: list[str] = []
+    try:
+        spec = resolve_spec(_get(values, "trainer", "model"))
+    except ValidationError as exc:
+        problems.extend(exc.problems or [str(exc)])
+        spec = None
+    data = _get(values, "global", "data") or {}
+    if not isinstance(data, Mapping):
+        problems.append("global.data: expected a mapping")
+        data = {}
+    slots = data.get("slots")
+    if (
+        not isinstance(slots, list)
+        or not slots
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in slots)
+    ):
+        problems.append("global.data.slots: expected a non-empty list of slot ids (integers >= 0)")
+        slots = []
+    elif len(set(slots)) != len(slots):
+        problems.append("global.data.slots: slot ids must be unique")
+    sparse_dim = data.get("sparseDim")
+    if sparse_dim in ("", 0):
+        sparse_dim = None
+    if sparse_dim is not None and (
+        not isinstance(sparse_dim, int) or isinstance(sparse_dim, bool) or sparse_dim < 1
+    ):
+        problems.append(f"global.data.sparseDim: expected a positive integer, got {sparse_dim!r}")
+    for key in ("startDateHour", "endDateHour"):
+        value = data.get(key) or ""
+        if value and not DATE_HOUR.match(str(value)):
+            problems.append(f"global.data.{key}: expected YYYYMMDD/HH, got {value!r}")
+    rate = data.get("maxErrorRate", DEFAULT_MAX_ERROR_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        problems.append(f"global.data.maxErrorRate: expected a number in [0, 1], got {rate!r}")
+    model_store = _get(values, "global", "modelStore") or ""
+    mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or ""
+    if problems:
+        raise ValidationError("values are not usable for training", problems)
+    return TrainConfig(
+        model=spec,
+        slots=tuple(slots),
+        data_path=str(data.get("path") or ""),
+        sparse_dim=sparse_dim,
+        start_date_hour=str(data.get("startDateHour") or ""),
+        end_date_hour=str(data.get("endDateHour") or ""),
+        max_error_rate=float(rate),
+        hdfs_ugi=data.get("hdfsUgi") or None,
+        model_store=str(model_store),
+        mlflow_uri=str(mlflow_uri),
+    )
+
+
+def load_values(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValidationError(f"cannot read values file {path}: {exc.strerror}") from None
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{path} is not valid YAML", [str(exc)]) from None
+    if not isinstance(values, dict):
+        raise ValidationError(f"{path}: top level must be a mapping")
+    return values
+
+
+def load(path: str | Path) -> TrainConfig:
+    return from_values(load_values(path))

@@ -1,0 +1,504 @@
+"""The two Paddle Fleet parameter-server roles: `pserver` and `trainer` (async PS).
+
+Both build the same static program (one sparse table of raw uint64 feasigns, sum-pooled
+per slot, then the zoo model's dense part); the pserver serves the tables until it is
+stopped, the trainers push/pull asynchronously. Per partition (date-hour) the trainers
+train on their share, meet at a barrier, have the pservers dump the sparse table, and
+trainer 0 pulls the dense parameters, exports version `YYYYMMDD/HH`, evaluates that
+exported version on held-out samples and logs to MLflow.
+
+Start-up order problems this module handles (see docs/training.md): the trainers reach
+pserver 0's rendezvous store and every pserver endpoint before they use them, with a
+timeout and a clear error, instead of Paddle's "push dense param failed".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elasticctr import constants as C
+from elasticctr.errors import EctlError
+from elasticctr.train import env as role_env
+from elasticctr.train import export, metrics
+from elasticctr.train.config import TrainConfig
+from elasticctr.train.models import ModelSpec, dense_logit
+
+SPARSE_TABLE = "SparseFeatFactors"  # ElasticCTR's name for the shared embedding table
+SPARSE_SHARDS = 64
+HOLDOUT_EVERY = 10
+DENSE_PULL_EVERY = 5
+"""Steps between dense-parameter pulls (see _dense_puller); 1 costs ~40% throughput."""
+"""Trainer 0 keeps every 10th batch of each partition out of training for evaluation."""
+DEFAULT_START = "20200401/00"
+
+
+def log(msg: str) -> None:
+    print(f"[ectl-train {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _paddle():
+    """Import paddle in static-graph, legacy-IR mode (Fleet PS needs both)."""
+    os.environ[C.ENV_PIR_API] = "0"
+    import paddle
+
+    paddle.enable_static()
+    return paddle
+
+
+@dataclass
+class Net:
+    feasigns: object
+    label: object
+    pooled: object
+    prob: object
+    loss: object
+    infer_program: object
+
+
+def build_net(spec: ModelSpec, num_slots: int) -> Net:
+    """The training graph; `infer_program` is the pre-optimizer clone used for export."""
+    paddle = _paddle()
+    dim = spec.table_dim
+    feasigns = paddle.static.data("feasigns", shape=[-1, 1], dtype="int64", lod_level=1)
+    label = paddle.static.data("label", shape=[-1, 1], dtype="float32")
+    emb = paddle.static.nn.sparse_embedding(
+        feasigns, size=[1024, dim], param_attr=paddle.ParamAttr(name=SPARSE_TABLE)
+    )
+    # Sequences are slot-major (all samples of slot 0, then slot 1, ...), so one lookup
+    # and one pool serve every slot.
+    flat = paddle.static.nn.sequence_lod.sequence_pool(emb, "sum", pad_value=0.0)
+    pooled = paddle.transpose(paddle.reshape(flat, [num_slots, -1, dim]), [1, 0, 2])
+    logit = dense_logit(spec, pooled, num_slots)
+    prob = paddle.nn.functional.sigmoid(logit)
+    loss = paddle.mean(paddle.nn.functional.binary_cross_entropy_with_logits(logit, label))
+    infer_program = paddle.static.default_main_program().clone(for_test=True)
+    return Net(feasigns, label, pooled, prob, loss, infer_program)
+
+
+def _optimizer(spec: ModelSpec):
+    paddle = _paddle()
+    cls = {
+        "adam": paddle.optimizer.Adam,
+        "sgd": paddle.optimizer.SGD,
+        "adagrad": paddle.optimizer.Adagrad,
+    }[spec.optimizer]
+    return cls(learning_rate=spec.learning_rate)
+
+
+def _init_fleet(renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int) -> Net:
+    os.environ.update(renv.paddle_env())
+    paddle = _paddle()
+    import paddle.distributed.fleet as fleet
+
+    fleet.init(fleet.PaddleCloudRoleMaker())
+    net = build_net(spec, num_slots)
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    # Paddle's default of 1000 shards makes every dump 1000 files; 64 is plenty here.
+    strategy.sparse_table_configs = {
+        SPARSE_TABLE: {f"table_parameters.{SPARSE_TABLE}.shard_num": SPARSE_SHARDS}
+    }
+    fleet.distributed_optimizer(_optimizer(spec), strategy).minimize(net.loss)
+    del paddle
+    return net
+
+
+def run_pserver(cfg: TrainConfig, renv: role_env.RoleEnv) -> None:
+    """Serve the parameter tables until the process is stopped (launcher / job end)."""
+    log(f"pserver {renv.index} at {renv.pod_ip}:{renv.port}; endpoints {renv.pserver_endpoints}")
+    _init_fleet(renv, cfg.model, len(cfg.slots))
+    import paddle.distributed.fleet as fleet
+
+    fleet.init_server()
+    log("pserver serving")
+    fleet.run_server()
+
+
+# --- feeding ----------------------------------------------------------------------------
+
+
+def to_feed(batch, place) -> dict:
+    """Slot-major batch → {'feasigns': LoDTensor, 'label': [n, 1]} without per-sample Python."""
+    from paddle.base import core
+
+    ids = np.concatenate(batch.ids) if len(batch.ids) > 1 else batch.ids[0]
+    lengths = np.concatenate(batch.lengths).astype(np.int64)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tensor = core.LoDTensor()
+    tensor.set(np.ascontiguousarray(ids, dtype=np.uint64).view(np.int64).reshape(-1, 1), place)
+    tensor.set_lod([offsets.tolist()])
+    return {"feasigns": tensor, "label": batch.click.reshape(-1, 1).astype(np.float32)}
+
+
+# --- data -------------------------------------------------------------------------------
+
+
+@dataclass
+class SyntheticPlan:
+    """In-memory data instead of files (smoke tests, benchmarks)."""
+
+    samples: int  # per partition, over all trainers
+    partitions: int = 1
+    seed: int = 7
+
+
+@dataclass
+class Partition:
+    version_id: str
+    index: int
+    files: list[str] = field(default_factory=list)
+
+
+def _next_hour(version_id: str, hours: int) -> str:
+    import datetime as dt
+
+    t = dt.datetime.strptime(version_id, "%Y%m%d/%H") + dt.timedelta(hours=hours)
+    return t.strftime("%Y%m%d/%H")
+
+
+def plan_partitions(cfg: TrainConfig, synthetic: SyntheticPlan | None) -> list[Partition]:
+    if synthetic is not None:
+        start = cfg.start_date_hour or DEFAULT_START
+        return [Partition(_next_hour(start, i), i) for i in range(synthetic.partitions)]
+    raise EctlError(
+        "training from files needs elasticctr.data partition discovery, not available yet",
+        hint="use --synthetic-samples for now",
+    )
+
+
+def partition_batches(
+    cfg: TrainConfig,
+    part: Partition,
+    renv: role_env.RoleEnv,
+    synthetic: SyntheticPlan | None,
+) -> Iterator:
+    batch_size = cfg.model.batch_size
+    if synthetic is not None:
+        from elasticctr.train.synthetic import Synthetic
+
+        gen = Synthetic(cfg.slots, seed=synthetic.seed)
+        share = synthetic.samples // renv.trainers_num
+        seed = synthetic.seed * 1_000_003 + part.index * 1009 + renv.index + 1
+        yield from gen.batches(share, batch_size, seed)
+        return
+    raise EctlError("file data is not wired yet")
+
+
+# --- trainer ----------------------------------------------------------------------------
+
+
+@dataclass
+class TrainerOptions:
+    synthetic: SyntheticPlan | None = None
+    staging: Path | None = None
+    pserver_wait: float = C.DEFAULT_PSERVER_WAIT_SECONDS
+    log_every: int = 50
+    results: Path | None = None  # trainer 0 appends one JSON line per exported partition
+
+
+def _dense_puller():
+    """A function that refreshes this trainer's dense parameters from the pservers.
+
+    Paddle 3.0's async communicator sends dense gradients but never receives the dense
+    parameters back (measured: trainer-side values stay at their initial values), so
+    without this the trainers compute gradients at the initial point forever and the
+    server-side dense part diverges. We pull every DENSE_PULL_EVERY steps ourselves.
+    """
+    import paddle.distributed.fleet as fleet
+    from paddle.distributed.ps.utils.public import get_the_one_recv_context
+
+    rt = fleet.fleet._runtime_handle
+    dense_map = get_the_one_recv_context(rt.context, split_dense_table=rt.is_heter_ps_mode)
+
+    def pull() -> None:
+        rt._pull_all_dense(rt.scopes, rt._send_ctx, dense_map)
+
+    return pull
+
+
+def _dense_names() -> list[str]:
+    """Dense parameter names in the order the pservers' dense table stores them."""
+    import paddle.distributed.fleet as fleet
+    from paddle.distributed.ps.utils.public import get_the_one_recv_context
+
+    rt = fleet.fleet._runtime_handle
+    dense_map = get_the_one_recv_context(rt.context, split_dense_table=rt.is_heter_ps_mode)
+    names: list[str] = []
+    for table_id in sorted(dense_map):
+        names.extend(dense_map[table_id])
+    return names
+
+
+def _save_dense(exe, net: Net, dump_dir: Path, names: list[str], out_dir: Path) -> dict:
+    """Dense inference model from the pservers' dump (the same snapshot as the sparse dump).
+
+    Reading the dump rather than pulling into this trainer's scope keeps sparse and dense
+    of one version consistent and never touches the parameters the trainer is using.
+    """
+    paddle = _paddle()
+    block = net.infer_program.global_block()
+    shapes = {n: tuple(block.var(n).shape) for n in names}
+    params = export.read_dense_dump(dump_dir / "ps", names, shapes)
+    scope = paddle.static.Scope()
+    place = paddle.CPUPlace()
+    with paddle.static.scope_guard(scope):
+        for name, value in params.items():
+            scope.var(name).get_tensor().set(value, place)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paddle.static.save_inference_model(
+            str(out_dir / "model"), [net.pooled], [net.prob], exe, program=net.infer_program
+        )
+    return {
+        "path": "dense",
+        "prefix": "dense/model",
+        "input": net.pooled.name,
+        "input_shape": [-1, *list(net.pooled.shape[1:])],
+        "output": net.prob.name,
+    }
+
+
+def evaluate_version(version_dir: Path, batches: list) -> dict:
+    """AUC/logloss of an exported version on batches: numpy lookup + the saved dense model."""
+    paddle = _paddle()
+    manifest = export.verify_version(version_dir)
+    keys = np.concatenate([np.load(p) for p in sorted((version_dir / "sparse").glob("*.keys.npy"))])
+    values = np.concatenate(
+        [np.load(p) for p in sorted((version_dir / "sparse").glob("*.values.npy"))]
+    )
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    labels, probs = [], []
+    with paddle.static.scope_guard(scope):
+        program, feeds, fetches = paddle.static.load_inference_model(
+            str(version_dir / manifest["dense"]["prefix"]), exe
+        )
+        for batch in batches:
+            pooled = export.pool(keys, values, batch)
+            (prob,) = exe.run(program, feed={feeds[0]: pooled}, fetch_list=fetches)
+            labels.append(batch.click)
+            probs.append(np.asarray(prob).reshape(-1))
+    label = np.concatenate(labels) if labels else np.zeros(0)
+    prob = np.concatenate(probs) if probs else np.zeros(0)
+    return {
+        "auc": metrics.auc(label, prob),
+        "logloss": metrics.logloss(label, prob),
+        "eval_samples": int(label.size),
+    }
+
+
+def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) -> dict:
+    """Train every planned partition; trainer 0 exports each. Returns the last metrics."""
+    log(
+        f"trainer {renv.index}/{renv.trainers_num}: model {cfg.model.name}, "
+        f"pservers {','.join(renv.pserver_endpoints)}"
+    )
+    # pserver 0 hosts the rendezvous store the trainers' barriers are set up through.
+    role_env.wait_for_endpoints([renv.gloo_endpoint], opts.pserver_wait, what="rendezvous")
+    net = _init_fleet(renv, cfg.model, len(cfg.slots))
+    paddle = _paddle()
+    import paddle.distributed.fleet as fleet
+
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    exe.run(paddle.static.default_startup_program())
+    waited = role_env.wait_for_endpoints(renv.pserver_endpoints, opts.pserver_wait)
+    log(f"all pservers reachable after {waited:.1f}s")
+    t_init = time.monotonic()
+    fleet.init_worker()
+    log(f"worker initialised in {time.monotonic() - t_init:.1f}s")
+    dense_names = _dense_names()
+    pull_dense = _dense_puller()
+    pull_every = int(os.environ.get("ECTL_DENSE_PULL_EVERY", DENSE_PULL_EVERY))
+    main = paddle.static.default_main_program()
+    is_chief = renv.index == 0
+    staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
+    tracker = _Tracker(cfg, renv) if is_chief else None
+    last: dict = {}
+    try:
+        for part in plan_partitions(cfg, opts.synthetic):
+            heldout, n, losses, t0 = [], 0, [], time.monotonic()
+            train_labels, train_probs = [], []
+            for i, batch in enumerate(partition_batches(cfg, part, renv, opts.synthetic)):
+                if is_chief and i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1:
+                    heldout.append(batch)
+                    continue
+                loss, prob = exe.run(
+                    main, feed=to_feed(batch, place), fetch_list=[net.loss, net.prob]
+                )
+                n += len(batch)
+                if len(losses) % pull_every == 0:
+                    pull_dense()
+                losses.append(float(np.asarray(loss)))
+                train_labels.append(batch.click)
+                train_probs.append(np.asarray(prob).reshape(-1))
+                if opts.log_every and len(losses) % opts.log_every == 0:
+                    log(f"{part.version_id} step {len(losses)} loss {np.mean(losses[-50:]):.4f}")
+            elapsed = max(time.monotonic() - t0, 1e-9)
+            rate = n / elapsed
+            log(f"{part.version_id}: trained {n} samples in {elapsed:.1f}s ({rate:.0f}/s)")
+            # Every trainer finished its share: snapshot the tables (pservers write them).
+            totals = fleet.util.all_reduce(np.array([n, rate], dtype=np.float64), "sum")
+            dump_dir = staging / part.version_id.replace("/", "-")
+            if is_chief and dump_dir.exists():
+                shutil.rmtree(dump_dir)
+            fleet.barrier_worker()
+            t_save = time.monotonic()
+            fleet.save_persistables(exe, str(dump_dir / "ps"), mode=0)
+            log(f"{part.version_id}: tables dumped in {time.monotonic() - t_save:.1f}s")
+            if not is_chief:
+                continue
+            dense_meta = _save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
+            quarter = max(1, len(losses) // 4)
+            train = {
+                "train_loss_first": float(np.mean(losses[:quarter])) if losses else float("nan"),
+                "train_loss_last": float(np.mean(losses[-quarter:])) if losses else float("nan"),
+                "train_auc": metrics.auc(
+                    np.concatenate(train_labels[-quarter:]), np.concatenate(train_probs[-quarter:])
+                )
+                if losses
+                else float("nan"),
+                "samples": int(totals[0]),
+                "samples_per_sec": float(totals[1]),
+                "samples_per_sec_per_trainer": float(totals[1] / renv.trainers_num),
+            }
+            last = _export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
+            if tracker is not None:
+                tracker.log(part, last)
+            if opts.results is not None:
+                import json
+
+                with open(opts.results, "a") as fh:
+                    fh.write(json.dumps({"version": part.version_id, **last}) + "\n")
+            if not os.environ.get("ECTL_TRAIN_KEEP_STAGING"):
+                shutil.rmtree(dump_dir, ignore_errors=True)
+    finally:
+        if tracker is not None:
+            tracker.close()
+    fleet.barrier_worker()
+    fleet.stop_worker()
+    log("trainer done")
+    return last
+
+
+def _export_partition(
+    cfg: TrainConfig, part: Partition, dump_dir: Path, dense_meta: dict, heldout: list, train: dict
+) -> dict:
+    t0 = time.monotonic()
+    keys, values = export.read_sparse_dump(dump_dir / "ps" / "000", cfg.model.table_dim)
+    if cfg.sparse_dim:
+        pass  # feasigns were reduced modulo SPARSE_DIM by the parser: keys already are.
+    local = dump_dir / "version"
+    meta = {
+        "model": {"name": cfg.model.name, "params": cfg.model.params},
+        "slots": list(cfg.slots),
+        "first_order": cfg.model.first_order,
+        "sparse_dim": cfg.sparse_dim,
+        "dense": dense_meta,
+        "metrics": {k: v for k, v in train.items()},
+    }
+    manifest = export.build_version(
+        local,
+        version_id=part.version_id,
+        dense_dir=dump_dir / "dense",
+        keys=keys,
+        values=values,
+        meta=meta,
+    )
+    evaluated = evaluate_version(local, heldout)
+    # Metrics of the exported version itself go into the manifest (rebuild: sha changes).
+    meta["metrics"].update(evaluated)
+    manifest = export.build_version(
+        local,
+        version_id=part.version_id,
+        dense_dir=dump_dir / "dense",
+        keys=keys,
+        values=values,
+        meta=meta,
+    )
+    target = ""
+    if cfg.model_store:
+        target = export.publish(local, cfg.model_store, part.version_id)
+    result = {
+        **meta["metrics"],
+        "sparse_rows": manifest["sparse"]["rows"],
+        "export_seconds": time.monotonic() - t0,
+        "exported_to": target,
+    }
+    log(
+        f"{part.version_id}: held-out auc {evaluated['auc']:.4f} logloss "
+        f"{evaluated['logloss']:.4f} on {evaluated['eval_samples']} samples; "
+        f"{keys.size} sparse rows -> {target or '(no model store)'}"
+    )
+    return result
+
+
+class _Tracker:
+    """MLflow run of this training job (trainer 0 only); a no-op without a tracking URI.
+
+    The run starts at the first logged partition, not at start-up, so training never
+    waits for the tracking server (mlflow's client retries while it comes up).
+    """
+
+    def __init__(self, cfg: TrainConfig, renv: role_env.RoleEnv):
+        self.cfg, self.renv = cfg, renv
+        self.run = None
+
+    def _start(self) -> None:
+        import mlflow
+
+        cfg, renv = self.cfg, self.renv
+        mlflow.set_tracking_uri(cfg.mlflow_uri)
+        mlflow.set_experiment(os.environ.get("ECTL_MLFLOW_EXPERIMENT", "elasticctr"))
+        self.mlflow = mlflow
+        self.run = mlflow.start_run(run_name=f"train-{cfg.model.name}")
+        params = {f"model.{k}": str(v) for k, v in cfg.model.params.items()}
+        params.update(
+            {
+                "model.name": cfg.model.name,
+                "slots": len(cfg.slots),
+                "pservers": len(renv.pserver_endpoints),
+                "trainers": renv.trainers_num,
+                "data.path": cfg.data_path or "(synthetic)",
+            }
+        )
+        mlflow.log_params(params)
+
+    def log(self, part: Partition, result: dict) -> None:
+        if not self.cfg.mlflow_uri:
+            return
+        if self.run is None:
+            self._start()
+        numeric = {
+            k: float(v)
+            for k, v in result.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
+        }
+        self.mlflow.log_metrics(numeric, step=part.index)
+        self.mlflow.set_tag("last_version", part.version_id)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.mlflow.end_run()
+
+
+def main_pserver(cfg: TrainConfig) -> None:
+    renv = role_env.resolve(role=C.ROLE_PSERVER)
+    run_pserver(cfg, renv)
+
+
+def main_trainer(cfg: TrainConfig, opts: TrainerOptions) -> dict:
+    renv = role_env.resolve(role=C.ROLE_TRAINER)
+    return run_trainer(cfg, renv, opts)
+
+
+if __name__ == "__main__":  # pragma: no cover - use `ectl train ...`
+    sys.exit("use `ectl train pserver|trainer`")
