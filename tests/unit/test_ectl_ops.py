@@ -322,3 +322,110 @@ def test_helm_errors_become_one_line_with_a_hint(stderr, exit_code, words):
     assert "\n" not in text and "WARNING" not in text
     for word in words:
         assert word in text
+
+
+def test_uninstall_without_terminal_needs_yes(dead_kubeconfig, ectl_here):
+    # capsys makes stdin a non-terminal: nobody to ask, so nothing is deleted
+    proc = ectl_here("uninstall", "--kubeconfig", str(dead_kubeconfig))
+    assert proc.returncode == 1
+    assert "--yes" in flat(proc.stderr) and "not deleting" in flat(proc.stderr)
+
+
+STATUS_SAMPLE = {
+    "release": {
+        "name": "ctr",
+        "namespace": "ctr",
+        "revision": 3,
+        "status": "deployed",
+        "updated": "2026-11-30T23:00:00+00:00",
+        "chart": "elasticctr-0.1.0",
+    },
+    "pods": [
+        {
+            "name": "ctr-trainer-ab12-trainer-0",
+            "component": "trainer",
+            "phase": "Running",
+            "ready": "1/1",
+            "restarts": 0,
+            "node": "n1",
+        }
+    ],
+    "jobs": [
+        {
+            "name": "ctr-trainer-ab12",
+            "phase": "Running",
+            "running": 4,
+            "pending": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "retryCount": 1,
+            "tasks": {"trainer": 2, "pserver": 1, "coordinator": 1},
+        }
+    ],
+    "coordinator": {
+        "partitions": [{"partition": "20200401/00", "exported": True}, {"exported": False}],
+        "tasks_done": 12,
+        "tasks_leased": 2,
+        "tasks_pending": 5,
+        "tasks_retried": 1,
+        "samples": 120000,
+    },
+    "model": {"newestVersion": "20200401/00", "cube": {"committed": "20200401/00"}},
+    "serving": {
+        "deployment": "ctr-serving",
+        "ready": 1,
+        "replicas": 2,
+        "serving": True,
+        "modelVersion": "20200401/00",
+    },
+    "mlflow": {"url": "http://ctr-mlflow.ctr.svc:5000", "portForward": "ectl port-forward mlflow"},
+}
+
+
+@pytest.mark.fast
+def test_status_tables_render_every_section(capsys):
+    from elasticctr.cli._common import console
+    from elasticctr.cli.status import _print_status
+
+    console.width = 200
+    _print_status(STATUS_SAMPLE)
+    out = flat(capsys.readouterr().out)
+    for expected in (
+        "revision 3, deployed, elasticctr-0.1.0",
+        "job ctr-trainer-ab12",
+        "Running (running 4, pending 0, failed 0, retries 1)",
+        "1/2 partitions exported, tasks done 12, leased 2, pending 5, retried 1, samples 120000",
+        "newest model version",
+        "cube committed version",
+        "1/2 ready, model version 20200401/00",
+        "http://ctr-mlflow.ctr.svc:5000",
+        "ctr-trainer-ab12-trainer-0",
+    ):
+        assert expected in out, expected
+
+
+@pytest.mark.fast
+def test_status_tables_show_what_is_not_up_yet(capsys):
+    from elasticctr.cli._common import console
+    from elasticctr.cli.status import _print_status
+
+    console.width = 200
+    sample = dict(STATUS_SAMPLE)
+    sample.update(
+        jobs=[{"unavailable": "Volcano jobs: HTTP 404 the server could not find it"}],
+        coordinator={"unavailable": "no running coordinator pod"},
+        model={"newestVersion": None, "cube": {"committed": None}},
+        serving={"unavailable": "no serving Deployment"},
+        mlflow={"unavailable": "mlflow disabled"},
+        pods=[],
+    )
+    _print_status(sample)
+    out = flat(capsys.readouterr().out)
+    for expected in (
+        "HTTP 404",
+        "no running coordinator pod",
+        "none yet",
+        "no serving Deployment",
+        "mlflow disabled",
+    ):
+        assert expected in out, expected

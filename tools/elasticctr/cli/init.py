@@ -302,6 +302,11 @@ def init(
     tmp.write_text(header + body)
     tmp.replace(out)
     console.print(f"[green]wrote[/green] {out}")
+    if values.get("global", {}).get("data", {}).get("hdfsUgi"):
+        console.print(
+            "[yellow]note:[/yellow] it holds HDFS_UGI (a password) from data.config; keep the "
+            "file private, or use trainer.hdfs.existingSecret and drop global.data.hdfsUgi"
+        )
     console.print(f"next: ectl validate {out} && ectl install -f {out}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,11 @@ def uninstall(
 
       ectl uninstall -R ctr-demo -n ctr --yes
     """
+    if not (yes or dry_run or sys.stdin.isatty()):
+        raise EctlError(
+            f"not deleting release {release} without confirmation",
+            hint="pass --yes (there is no terminal to ask on)",
+        )
     target = _target(release, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
     client = common.helm_client(target)
