@@ -86,6 +86,22 @@ with defaults resolved, plus this chart's section under `trainer`. */}}
 {{- $_ := set $data "path" (include "trainer.dataPath" .) -}}
 {{- $_ := set $global "data" $data -}}
 {{- $_ := set $global "mlflow" (dict "trackingUri" (include "trainer.trackingUri" .)) -}}
-{{- $own := pick .Values "model" "coordinator" "pserver" "trainer" -}}
+{{- /* No trainer replicas here: changing them must not change the pods (nor the Job's name). */ -}}
+{{- $own := pick .Values "model" "coordinator" "pserver" -}}
+{{- $_ := set $own "trainer" (omit .Values.trainer "replicas" "minReplicas") -}}
 {{- toYaml (dict "global" $global "trainer" $own) -}}
+{{- end -}}
+
+{{/* The config Secret's data (its hash is the pods' checksum/config annotation). */}}
+{{- define "trainer.configData" -}}
+# What `ectl train pserver|trainer -f` and `ectl coordinator -f` read.
+values.yaml: |
+  {{- include "trainer.runtimeValues" . | nindent 2 }}
+# ElasticCTR's own inputs, for users and tools that read them directly.
+data.config: |
+  {{- include "trainer.dataConfig" . | nindent 2 }}
+slot.conf: |
+  {{- range .Values.global.data.slots }}
+  {{ . }}
+  {{- end }}
 {{- end -}}

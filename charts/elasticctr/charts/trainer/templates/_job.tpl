@@ -62,7 +62,7 @@ metadata:
     app.kubernetes.io/component: {{ .role }}
     app.kubernetes.io/part-of: elasticctr
   annotations:
-    checksum/config: {{ include (print $ctx.Template.BasePath "/config-secret.yaml") $ctx | sha256sum }}
+    checksum/config: {{ include "trainer.configData" $ctx | sha256sum }}
 spec:
   restartPolicy: Never
   serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}

@@ -1,0 +1,248 @@
+"""The umbrella chart through the real tools: helm lint --strict, helm template piped to
+kubeconform -strict (Kubernetes + Volcano CRD schemas, offline), helm-unittest suites,
+negative schema cases, and agreement with elasticctr.values."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from chart_helpers import CHART, KUBE_VERSIONS, REPO, render, run, values_files
+
+from elasticctr import values as chart_values
+
+pytestmark = pytest.mark.chart
+
+FILES = values_files()
+
+
+@pytest.mark.parametrize("values_file", [None, *FILES], ids=lambda p: p.name if p else "defaults")
+def test_helm_lint_strict(helm, values_file):
+    args = [helm, "lint", "--strict", str(CHART)]
+    if values_file:
+        args += ["-f", str(values_file)]
+    result = run(args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.fixture(scope="session")
+def kubeconform_reports(helm, kubeconform, kube_schema_locations, tmp_path_factory):
+    """Per Kubernetes version: every values file rendered, then ONE kubeconform run over all
+    of them (it compiles each kind's schema once per run; that is where its time goes).
+    Returns {version: {values file name: (rendered kinds, kubeconform resource reports)}}."""
+    reports = {}
+    for version in KUBE_VERSIONS:
+        out = tmp_path_factory.mktemp(f"rendered-{version}")
+        kinds = {}
+        for values_file in FILES:
+            rendered = render(helm, "-f", str(values_file), kube_version=version)
+            assert rendered.returncode == 0, f"{values_file.name}: {rendered.stderr}"
+            target = out / values_file.name
+            target.write_text(rendered.stdout)
+            kinds[values_file.name] = [d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d]
+        result = run(
+            [kubeconform, "-strict", "-verbose", "-output", "json"]
+            + kube_schema_locations[version]
+            + [str(out / name) for name in kinds],
+            timeout=600,
+        )
+        report = json.loads(result.stdout)
+        by_file = {name: [] for name in kinds}
+        for resource in report["resources"]:
+            by_file[Path(resource["filename"]).name].append(resource)
+        reports[version] = {name: (kinds[name], by_file[name]) for name in kinds}
+    return reports
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values_file", FILES, ids=lambda p: p.name)
+def test_template_passes_kubeconform_strict(kubeconform_reports, values_file, kube_version):
+    kinds, resources = kubeconform_reports[kube_version][values_file.name]
+    problems = [r for r in resources if r["status"] != "statusValid"]
+    assert not problems, problems
+    assert sorted(r["kind"] for r in resources) == sorted(kinds)
+    assert "Job" in kinds  # every shipped set trains
+
+
+def test_kubeconform_rejects_what_the_api_server_would(helm, kubeconform, kube_schema_locations):
+    """The schemas are really used: an unknown field in the Volcano Job and a wrong type in a
+    Deployment are both reported (a missing schema would be an error too, never a pass)."""
+    docs = list(yaml.safe_load_all(render(helm).stdout))
+    job = next(d for d in docs if d and d["kind"] == "Job")
+    job["spec"]["tasks"][0]["restartPolicyz"] = "Never"
+    deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+    deployment["spec"]["replicas"] = "two"
+    result = run(
+        [kubeconform, "-strict", "-summary", *kube_schema_locations["1.34"]],
+        input=yaml.safe_dump_all([job, deployment]),
+    )
+    assert result.returncode == 1
+    assert "Invalid: 2" in result.stdout, result.stdout
+    assert "restartPolicyz" in result.stdout
+
+
+def test_helm_unittest_suites(helm):
+    suites = sorted((CHART / "tests").glob("*_test.yaml"))
+    assert len(suites) >= 5
+    result = run([helm, "unittest", str(CHART)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.search(r"Tests:\s+(\d+) passed, (\d+) total", result.stdout)
+    assert match and match.group(1) == match.group(2), result.stdout
+    assert int(match.group(1)) >= 40
+
+
+# Values the schemas must reject, with a fragment of the message helm prints.
+BAD_VALUES = [
+    ({"trainer": {"model": {"name": "gbdt"}}}, "value must be one of 'dnn', 'lr', 'wide_deep'"),
+    ({"global": {"image": {"tag": "latest"}}}, "at '/global/image/tag': 'not' failed"),
+    ({"cube": {"shards": 0}}, "at '/shards': minimum: got 0, want 1"),
+    ({"trainer": {"pserver": {"replicas": 0}}}, "at '/pserver/replicas': minimum: got 0, want 1"),
+    ({"serving": {"replicss": 2}}, "additional properties 'replicss' not allowed"),
+    ({"global": {"data": {"startDateHour": "2020-04-01"}}}, "at '/global/data/startDateHour'"),
+    ({"global": {"data": {"path": "s3://bucket/data"}}}, "at '/global/data/path'"),
+    ({"mlflow": {"backendStore": {"type": "mysql"}}}, "value must be one of 'sqlite', 'external'"),
+    ({"mlflow": {"image": {"tag": "latest"}}}, "at '/image/tag'"),
+    ({"global": {"data": {"maxErrorRate": 2}}}, "at '/global/data/maxErrorRate'"),
+    ({"global": {"data": {"slots": [1, 1]}}}, "at '/global/data/slots'"),
+    ({"serving": {"service": {"type": "External"}}}, "at '/service/type'"),
+    ({"trainer": {"trainer": {"resources": {"limits": {"cpu": "lots"}}}}}, "/trainer/resources"),
+]
+
+
+def test_schema_rejects_bad_values(helm, tmp_path):
+    """helm collects every schema violation of a render, so one file holding all the bad
+    values must make helm template and helm lint print each expected message."""
+    combined: dict = {}
+    for user, _ in BAD_VALUES:
+        combined = chart_values.merge(combined, user)
+    values = tmp_path / "bad.yaml"
+    values.write_text(yaml.safe_dump(combined))
+    rendered = render(helm, "-f", str(values))
+    lint = run([helm, "lint", "--strict", str(CHART), "-f", str(values)])
+    assert rendered.returncode != 0 and lint.returncode != 0
+    for _, message in BAD_VALUES:
+        assert message in rendered.stderr, (message, rendered.stderr)
+        assert message in lint.stdout + lint.stderr, (message, lint.stdout)
+
+
+@pytest.mark.parametrize("user,message", BAD_VALUES, ids=[m for _, m in BAD_VALUES])
+def test_ectl_validate_rejects_the_same_bad_values(user, message):
+    assert chart_values.validate(user, CHART)
+
+
+def _helm_problems(helm, user: dict, tmp_path) -> list[str]:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(user))
+    rendered = render(helm, "-f", str(values))
+    if rendered.returncode == 0:
+        return []
+    text = rendered.stderr
+    assert "values are invalid:" in text, text
+    block = text.split("values are invalid:", 1)[1]
+    return [line.strip() for line in block.splitlines() if re.match(r"^\s+\S+: ", line)]
+
+
+AGREEMENT_CASES = [
+    {},
+    {"trainer": {"trainer": {"replicas": 1, "minReplicas": 3}}},
+    {"trainer": {"model": {"name": "lr", "embeddingDim": 4, "crossLayers": 2}}},
+    {"fileserver": {"enabled": False}},
+    {"global": {"data": {"path": "hdfs:///d", "endDateHour": "20190101/00"}}},
+    {
+        "serving": {
+            "autoscaling": {"minReplicas": 4, "maxReplicas": 2},
+            "ingress": {"enabled": True},
+        }
+    },
+    {"mlflow": {"backendStore": {"type": "external"}, "ingress": {"enabled": True}}},
+    {"cube": {"enabled": False}},
+    {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
+    {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
+    {"trainer": {"serviceAccount": {"create": False}}},
+    {
+        "serving": {
+            "autoscaling": {"enabled": False},
+            "replicas": 2,
+            "podDisruptionBudget": {"minAvailable": 2},
+        }
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "user", AGREEMENT_CASES, ids=lambda u: yaml.safe_dump(u, default_flow_style=True).strip()
+)
+def test_helm_and_ectl_validate_report_the_same_problems(helm, user, tmp_path):
+    assert _helm_problems(helm, user, tmp_path) == chart_values.validate(user, CHART)
+
+
+def _job(helm, *args: str) -> dict:
+    rendered = render(helm, *args)
+    assert rendered.returncode == 0, rendered.stderr
+    return next(d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Job")
+
+
+def test_job_name_changes_with_its_immutable_spec_only(helm):
+    """Volcano accepts in-place updates of the job's minAvailable, task replicas and
+    priorityClassName only; everything else (task minAvailable too) must come as a Job with a
+    new name (docs/chart.md, Upgrades)."""
+    base = _job(helm)["metadata"]["name"]
+    assert re.fullmatch(r"ctr-trainer-[0-9a-f]{8}", base)
+    assert _job(helm)["metadata"]["name"] == base  # deterministic
+    mutable = [
+        ["--set", "trainer.trainer.replicas=6"],
+        ["--set", "trainer.volcano.priorityClassName=high"],
+    ]
+    for args in mutable:
+        assert _job(helm, *args)["metadata"]["name"] == base, args
+    immutable = [
+        ["--set", "trainer.pserver.replicas=3"],
+        ["--set", "trainer.model.name=deepfm"],
+        ["--set", "trainer.trainer.resources.limits.memory=8Gi"],
+        ["--set", "global.image.tag=0.2.0"],
+        ["--set", "global.data.startDateHour=20200501/00"],  # config Secret checksum
+        ["--set", "trainer.volcano.queue=other"],
+        ["--set", "trainer.trainer.minReplicas=2"],  # the trainer task's minAvailable
+    ]
+    names = {_job(helm, *args)["metadata"]["name"] for args in immutable}
+    assert base not in names and len(names) == len(immutable)
+
+
+def test_ct_yaml_covers_the_chart():
+    ct = yaml.safe_load((REPO / "ct.yaml").read_text())
+    assert ct["chart-dirs"] == ["charts"]
+    assert (REPO / ct["chart-dirs"][0] / "elasticctr" / "Chart.yaml").is_file()
+    assert list((CHART / "ci").glob("*-values.yaml"))
+
+
+def test_every_schema_property_is_described_and_objects_are_closed():
+    """Style rule: draft-07, a description on every property, closed objects with `required`
+    (Kubernetes pass-through objects and maps of user-named entries excepted)."""
+    import json
+
+    open_ok = {"podSecurityContext", "containerSecurityContext", "affinity", "global"}
+    for schema_file in [CHART / "values.schema.json", *CHART.glob("charts/*/values.schema.json")]:
+        schema = json.loads(schema_file.read_text())
+        assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+        assert schema["additionalProperties"] is False
+        assert schema["required"]
+        _walk(schema, "", schema_file.parent, open_ok)
+
+
+def _walk(node: dict, where: str, chart_dir, open_ok: set[str]) -> None:
+    for name, prop in node.get("properties", {}).items():
+        path = f"{chart_dir.name}:{where}.{name}"
+        assert prop.get("description"), f"{path} has no description"
+        if prop.get("type") == "object" and "properties" in prop:
+            if name not in open_ok and prop.get("additionalProperties") is not False:
+                # The umbrella's subchart sections are checked by each subchart's own schema.
+                assert chart_dir == CHART and where == "", f"{path} is open"
+                assert prop.get("required") == ["enabled"], path
+            elif name not in open_ok:
+                assert "required" in prop, f"{path} has no required list"
+            _walk(prop, f"{where}.{name}", chart_dir, open_ok)
