@@ -38,8 +38,11 @@ go_tool() {
 
 command -v go >/dev/null || { echo "bootstrap-tools: Go is required (go not on PATH)" >&2; exit 1; }
 
+# Like helm's Makefile, stamp the Kubernetes version of its client-go (else `helm template`
+# and `helm lint` assume v1.20 and reject charts with kubeVersion >=1.25).
+HELM_K8S_MINOR=34
 go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform "-s -w"
 go_tool helm-unittest "$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest \
   "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$HELM_UNITTEST_VERSION"
