@@ -429,3 +429,18 @@ def test_status_tables_show_what_is_not_up_yet(capsys):
         "mlflow disabled",
     ):
         assert expected in out, expected
+
+
+@pytest.mark.fast
+def test_without_the_kube_extra_the_cluster_verbs_say_what_to_install(monkeypatch, ectl_here):
+    # sys.modules[name] = None is how Python marks a package as not importable
+    monkeypatch.setitem(sys.modules, "pyhelm3", None)
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    for verb in (["status"], ["history"], ["rollback"], ["logs", "trainer"], ["install"]):
+        proc = ectl_here(*verb)
+        assert proc.returncode == 1, (verb, proc.stderr)
+        assert "elasticctr[kube]" in flat(proc.stderr)
+    proc = ectl_here("doctor", "-o", "json")
+    assert proc.returncode == 4
+    checks = json.loads(proc.stdout)["checks"]
+    assert checks[1]["status"] == "fail" and "elasticctr[kube]" in checks[1]["fix"]

@@ -148,8 +148,20 @@ def find_helm(explicit: str | None) -> str:
     )
 
 
+def require_kube_extra(module: str) -> None:
+    """The cluster verbs need the `kube` extra; say so instead of an ImportError."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise EctlError(
+            f"the cluster verbs need the Python package {module}",
+            hint="pip install 'elasticctr[kube]' (or `make venv` in a checkout)",
+        )
+
+
 def helm_client(target: Target):
     """A pyhelm3 client bound to the target's kubeconfig/context and helm binary."""
+    require_kube_extra("pyhelm3")
     from pyhelm3 import Client
 
     if os.environ.get(ENV_VERBOSE) != "1":
@@ -220,6 +232,7 @@ def helm_error(exc: Exception, what: str) -> EctlError:
 
 def kube_api_client(target: Target):
     """A kubernetes ApiClient from the kubeconfig (or the in-cluster service account)."""
+    require_kube_extra("kubernetes")
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 

@@ -98,9 +98,17 @@ def _helm_check(helm: str | None) -> Check:
 
 def run_checks(target: Target, release: str) -> list[Check]:
     """Every check, in order; needs-the-cluster checks are skipped when it is unreachable."""
+    checks = [_helm_check(target.helm)]
+    try:
+        common.require_kube_extra("kubernetes")
+    except EctlError as exc:
+        return (
+            checks
+            + [Check("kubeconfig", "fail", exc.message, exc.hint or "")]
+            + _skipped("no kubernetes client")
+        )
     from kubernetes import client
 
-    checks = [_helm_check(target.helm)]
     try:
         api = common.kube_api_client(target)
     except EctlError as exc:

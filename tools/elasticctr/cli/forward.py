@@ -122,6 +122,7 @@ def forward_service(
     target: Target, component: str, local_port: int = 0, host: str = "127.0.0.1"
 ) -> Iterator[str]:
     """Yield `http://host:port` tunnelled to the component's Service until the block ends."""
+    common.require_kube_extra("kubernetes")
     from kubernetes import client
     from kubernetes.stream import portforward
 

@@ -550,6 +550,7 @@ def rollback(
 
       ectl rollback 3 --wait
     """
+    common.require_kube_extra("pyhelm3")
     from pyhelm3.models import Release
 
     target = _target(release, namespace, kubeconfig, context, helm)
@@ -627,6 +628,7 @@ def history(
 
       ectl history -R ctr-demo -o json
     """
+    common.require_kube_extra("pyhelm3")
     from pyhelm3.models import Release
 
     target = _target(release, namespace, kubeconfig, context, helm)

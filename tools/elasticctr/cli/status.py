@@ -152,6 +152,8 @@ def _try(what: str, fn, *args) -> Any:
 
 def collect_status(target: Target) -> dict[str, Any]:
     """Everything `ectl status` shows, as one JSON-able dict."""
+    common.require_kube_extra("pyhelm3")
+    common.require_kube_extra("kubernetes")
     from kubernetes import client
     from pyhelm3 import errors as helm_errors
 
@@ -435,6 +437,7 @@ def logs(
 
       ectl logs cube-transfer --since 600
     """
+    common.require_kube_extra("kubernetes")
     from kubernetes import client
 
     target = Target(release, namespace, kubeconfig, context)
