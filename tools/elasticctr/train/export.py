@@ -117,6 +117,8 @@ def read_sparse_dump(table_dir: Path, table_dim: int) -> tuple[np.ndarray, np.nd
         return np.zeros(0, np.uint64), np.zeros((0, table_dim), np.float32)
     keys = np.concatenate(keys_parts)
     values = np.concatenate(value_parts)
+    real = keys != 0  # feasign 0 is the trainer's padding id (always a zero row)
+    keys, values = keys[real], values[real]
     order = np.argsort(keys, kind="stable")
     return keys[order], values[order]
 

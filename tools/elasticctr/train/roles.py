@@ -70,7 +70,10 @@ def build_net(spec: ModelSpec, num_slots: int) -> Net:
     feasigns = paddle.static.data("feasigns", shape=[-1, 1], dtype="int64", lod_level=1)
     label = paddle.static.data("label", shape=[-1, 1], dtype="float32")
     emb = paddle.static.nn.sparse_embedding(
-        feasigns, size=[1024, dim], param_attr=paddle.ParamAttr(name=SPARSE_TABLE)
+        feasigns,
+        size=[1024, dim],
+        padding_idx=PAD_FEASIGN,
+        param_attr=paddle.ParamAttr(name=SPARSE_TABLE),
     )
     # Sequences are slot-major (all samples of slot 0, then slot 1, ...), so one lookup
     # and one pool serve every slot.
@@ -125,12 +128,35 @@ def run_pserver(cfg: TrainConfig, renv: role_env.RoleEnv) -> None:
 # --- feeding ----------------------------------------------------------------------------
 
 
+PAD_FEASIGN = 0
+"""Reserved feasign: fills empty slots (sequence_pool needs >= 1 id per sequence); its
+embedding is fixed at zero (padding_idx), so an empty slot still pools to zero."""
+
+
+def pad_empty(ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Give every empty sequence one PAD_FEASIGN id; vectorised, order kept."""
+    empty = lengths == 0
+    if not empty.any():
+        return ids, lengths
+    new_lengths = np.where(empty, 1, lengths)
+    old_off = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=old_off[1:])
+    new_off = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(new_lengths, out=new_off[1:])
+    out = np.full(int(new_off[-1]), PAD_FEASIGN, dtype=np.uint64)
+    owner_start_new = np.repeat(new_off[:-1], lengths)
+    owner_start_old = np.repeat(old_off[:-1], lengths)
+    out[owner_start_new + (np.arange(ids.size) - owner_start_old)] = ids
+    return out, new_lengths
+
+
 def to_feed(batch, place) -> dict:
     """Slot-major batch → {'feasigns': LoDTensor, 'label': [n, 1]} without per-sample Python."""
     from paddle.base import core
 
     ids = np.concatenate(batch.ids) if len(batch.ids) > 1 else batch.ids[0]
     lengths = np.concatenate(batch.lengths).astype(np.int64)
+    ids, lengths = pad_empty(np.asarray(ids, dtype=np.uint64), lengths)
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tensor = core.LoDTensor()
@@ -165,14 +191,37 @@ def _next_hour(version_id: str, hours: int) -> str:
     return t.strftime("%Y%m%d/%H")
 
 
-def plan_partitions(cfg: TrainConfig, synthetic: SyntheticPlan | None) -> list[Partition]:
+def plan_partitions(cfg: TrainConfig, synthetic: SyntheticPlan | None) -> Iterator[Partition]:
+    """Partitions in hour order. Files: ready hours in [start, end]; with no end, keep
+    following new hours as their donefiles appear (every trainer walks the same order)."""
     if synthetic is not None:
         start = cfg.start_date_hour or DEFAULT_START
-        return [Partition(_next_hour(start, i), i) for i in range(synthetic.partitions)]
-    raise EctlError(
-        "training from files needs elasticctr.data partition discovery, not available yet",
-        hint="use --synthetic-samples for now",
+        for i in range(synthetic.partitions):
+            yield Partition(_next_hour(start, i), i)
+        return
+    from elasticctr.data import partitions as parts
+
+    if not cfg.data_path:
+        raise EctlError("global.data.path is empty: nothing to train on")
+    start = cfg.start_date_hour
+    if not start:
+        ready = parts.list_partitions(cfg.data_path, None, cfg.end_date_hour or None, cfg.hdfs_ugi)
+        if not ready:
+            raise EctlError(
+                f"no ready partition under {cfg.data_path}",
+                hint="partitions are {path}/YYYYMMDD/HH/part-* with a donefile",
+            )
+        start = ready[0].id
+    poll = float(os.environ.get("ECTL_PARTITION_POLL_SECONDS", "60"))
+    followed = parts.follow_partitions(
+        cfg.data_path,
+        start,
+        cfg.end_date_hour or None,
+        poll_interval=poll,
+        hdfs_ugi=cfg.hdfs_ugi,
     )
+    for i, part in enumerate(followed):
+        yield Partition(part.id, i, parts.data_files(part, cfg.hdfs_ugi))
 
 
 def partition_batches(
@@ -190,7 +239,18 @@ def partition_batches(
         seed = synthetic.seed * 1_000_003 + part.index * 1009 + renv.index + 1
         yield from gen.batches(share, batch_size, seed)
         return
-    raise EctlError("file data is not wired yet")
+    from elasticctr.data.parser import iter_batches
+
+    # Whole files per trainer, round-robin (leased byte ranges: the coordinator's job).
+    for url in part.files[renv.index :: renv.trainers_num]:
+        yield from iter_batches(
+            url,
+            cfg.slots,
+            batch_size,
+            sparse_dim=cfg.sparse_dim,
+            max_error_rate=cfg.max_error_rate,
+            hdfs_ugi=cfg.hdfs_ugi,
+        )
 
 
 # --- trainer ----------------------------------------------------------------------------
