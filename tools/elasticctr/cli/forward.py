@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import typer
@@ -118,36 +118,28 @@ def _pump(src, dst) -> None:
 
 
 @contextlib.contextmanager
-def forward_service(
-    target: Target, component: str, local_port: int = 0, host: str = "127.0.0.1"
+def tunnel(
+    connect: Callable[[], socket.socket], local_port: int = 0, host: str = "127.0.0.1"
 ) -> Iterator[str]:
-    """Yield `http://host:port` tunnelled to the component's Service until the block ends."""
-    common.require_kube_extra("kubernetes")
-    from kubernetes import client
-    from kubernetes.stream import portforward
+    """Listen on host:local_port; pipe each accepted connection through `connect()`.
 
-    namespace = target.resolved_namespace()
-    api = common.kube_api_client(target)
-    core = client.CoreV1Api(api)
-    pod, port = resolve_backend(core, namespace, target.release, component)
+    Yields the local `http://host:port`; on exit the listener closes and no new
+    connection is accepted (open ones finish on their own daemon threads).
+    """
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, local_port))
     except OSError as exc:
-        api.close()
+        listener.close()
         raise EctlError(f"cannot listen on {host}:{local_port}: {exc.strerror}") from exc
     listener.listen(16)
-    stop = threading.Event()
 
     def handle(conn: socket.socket) -> None:
         try:
-            stream = portforward(
-                core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
-            )
-            remote = stream.socket(port)
+            remote = connect()
         except Exception as exc:
-            common.err_console.print(f"[yellow]port-forward to {pod}: {exc}[/yellow]")
+            common.err_console.print(f"tunnel: {exc}", markup=False, style="yellow")
             conn.close()
             return
         back = threading.Thread(target=_pump, args=(remote, conn), daemon=True)
@@ -158,10 +150,10 @@ def forward_service(
         remote.close()
 
     def accept() -> None:
-        while not stop.is_set():
+        while True:
             try:
                 conn, _ = listener.accept()
-            except OSError:
+            except OSError:  # listener shut down
                 return
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
@@ -170,9 +162,37 @@ def forward_service(
     try:
         yield f"http://{host}:{listener.getsockname()[1]}"
     finally:
-        stop.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         listener.close()
         acceptor.join(timeout=5)
+
+
+@contextlib.contextmanager
+def forward_service(
+    target: Target, component: str, local_port: int = 0, host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """Yield `http://host:port` tunnelled to the component's Service until the block ends."""
+    common.require_kube_extra("kubernetes")
+    from kubernetes import client
+    from kubernetes.stream import portforward
+
+    namespace = target.resolved_namespace()
+    api = common.kube_api_client(target)
+    try:
+        core = client.CoreV1Api(api)
+        pod, port = resolve_backend(core, namespace, target.release, component)
+
+        def connect() -> socket.socket:
+            # One port-forward stream per connection, like kubectl port-forward.
+            stream = portforward(
+                core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
+            )
+            return stream.socket(port)
+
+        with tunnel(connect, local_port, host) as url:
+            yield url
+    finally:
         api.close()
 
 
