@@ -1,4 +1,5 @@
-"""`ectl port-forward`'s tunnel with a real HTTP server behind it (the project's fileserver).
+"""`ectl port-forward`'s tunnel and `ectl status`'s model-store reading, with the project's
+real fileserver process behind them.
 
 In a cluster each connection's far end is a Kubernetes port-forward stream; here it is a
 TCP connection to a fileserver process, so the listener, the two-way byte pump, half-close
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from elasticctr.cli.forward import tunnel
-from elasticctr.constants import ENV_FILESERVER_TOKEN
+from elasticctr.constants import DONEFILE, ENV_FILESERVER_TOKEN
 from elasticctr.errors import EctlError
 from elasticctr.net import free_port, wait_for_port
 
@@ -33,6 +34,12 @@ def fileserver(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
     blob = os.urandom(3 << 20)
     (root / "blob.bin").write_bytes(blob)
+    versions = root / "models" / "versions"
+    for version, done in (("20200331/23", True), ("20200401/00", True), ("20200401/01", False)):
+        (versions / version).mkdir(parents=True)
+        (versions / version / "manifest.json").write_text("{}")
+        if done:
+            (versions / version / DONEFILE).write_text("")
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "elasticctr.cli.main", "fileserver", "--root", str(root)]
@@ -103,3 +110,19 @@ def test_tunnel_port_in_use_is_a_clear_error():
         with pytest.raises(EctlError) as err, tunnel(lambda: None, local_port=port):
             pass
     assert f"cannot listen on 127.0.0.1:{port}" in str(err.value)
+
+
+def test_status_finds_the_newest_complete_model_version(fileserver):
+    """20200401/01 has no donefile yet, so it does not exist; 20200401/00 is the newest."""
+    from elasticctr.cli.status import newest_version
+
+    port, _ = fileserver
+
+    def get(path: str):
+        resp = httpx.get(
+            f"http://127.0.0.1:{port}/{path}", headers={"Accept": "application/json"}, timeout=30
+        )
+        return resp.json() if resp.status_code == 200 else resp.text
+
+    assert newest_version(get) == "20200401/00"
+    assert newest_version(lambda path: "404 not found") is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
+from elasticctr.constants import DONEFILE
 from elasticctr.errors import EctlError
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -113,22 +114,27 @@ def _decode(data: bytes) -> Any:
         return text
 
 
-def _newest_version(core, namespace: str, service) -> str | None:
-    """Newest `YYYYMMDD/HH` under versions/ that has its donefile (the contract's rule)."""
-    days = _proxy_get(core, namespace, service, FILESERVER_VERSIONS_PATH)
+def newest_version(get: Callable[[str], Any]) -> str | None:
+    """Newest `YYYYMMDD/HH` under the store's versions/ that has its donefile (the contract:
+    a version without it does not exist). `get(path)` returns a fileserver JSON listing."""
+    days = get(FILESERVER_VERSIONS_PATH)
     if not isinstance(days, dict):
         return None
     for day in sorted((e["name"].strip("/") for e in days.get("entries", [])), reverse=True):
-        hours = _proxy_get(core, namespace, service, f"{FILESERVER_VERSIONS_PATH}{day}/")
+        hours = get(f"{FILESERVER_VERSIONS_PATH}{day}/")
         if not isinstance(hours, dict):
             continue
         for hour in sorted((e["name"].strip("/") for e in hours.get("entries", [])), reverse=True):
-            files = _proxy_get(core, namespace, service, f"{FILESERVER_VERSIONS_PATH}{day}/{hour}/")
+            files = get(f"{FILESERVER_VERSIONS_PATH}{day}/{hour}/")
             if isinstance(files, dict) and any(
-                e["name"] == "donefile" for e in files.get("entries", [])
+                e["name"] == DONEFILE for e in files.get("entries", [])
             ):
                 return f"{day}/{hour}"
     return None
+
+
+def _newest_version(core, namespace: str, service) -> str | None:
+    return newest_version(lambda path: _proxy_get(core, namespace, service, path))
 
 
 def _cube_committed(core, namespace: str, service) -> Any:
