@@ -48,12 +48,13 @@ class VersionInfo:
         sparse_dim = manifest.get("sparse_dim")
         if sparse_dim is not None and (not isinstance(sparse_dim, int) or sparse_dim < 1):
             raise EctlError(f"{where}: manifest sparse_dim must be a positive integer or null")
+        model = manifest.get("model")
         return VersionInfo(
             version=str(version or manifest.get("version", "")),
             slots=tuple(slots),
             dim=dim,
             sparse_dim=sparse_dim,
-            model=str(manifest.get("model", "")),
+            model=str(model.get("name", "")) if isinstance(model, dict) else str(model or ""),
         )
 
 
@@ -78,9 +79,10 @@ def dense_model_files(dense_dir: Path) -> tuple[Path, Path]:
 class DenseModel:
     """A Paddle Inference predictor of the dense part (CPU, one math thread).
 
-    Inputs are the pooled embeddings: either one input of width len(slots)*dim
-    (slot-major concatenation, slots in manifest order) or one [batch, dim] input per
-    slot in manifest order. The first output is the click probability.
+    The input is the pooled embeddings, float32 [batch, num_slots, dim] (docs/training.md:
+    the training export's `pooled` input); a model declaring the flattened
+    [batch, num_slots * dim] instead is accepted too. Which one is found by a probe run at
+    load time. The first output is the click probability, one per sample.
     """
 
     def __init__(self, dense_dir: Path, nslots: int, dim: int, threads: int = 1):
@@ -97,36 +99,43 @@ class DenseModel:
         except Exception as exc:  # paddle raises its own types for corrupt programs
             raise EctlError(f"{dense_dir}: Paddle Inference cannot load the model: {exc}") from exc
         names = self._predictor.get_input_names()
-        if len(names) == 1:
-            self.per_slot = False
-        elif len(names) == nslots:
-            self.per_slot = True
-        else:
+        if len(names) != 1:
             raise EctlError(
-                f"{dense_dir}: the dense model has {len(names)} inputs {names}; expected 1 "
-                f"(concatenated, width {nslots * dim}) or {nslots} (one per slot)"
+                f"{dense_dir}: the dense model has inputs {names}; expected one (pooled "
+                f"embeddings [batch, {nslots}, {dim}])"
             )
-        self._inputs = [self._predictor.get_input_handle(n) for n in names]
+        self._input = self._predictor.get_input_handle(names[0])
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
         self.nslots, self.dim = nslots, dim
         self._lock = threading.Lock()  # a predictor is not re-entrant
+        self.flat = False
+        probe = np.zeros((2, nslots, dim), np.float32)
+        errors = []
+        for flat in (False, True):
+            self.flat = flat
+            try:
+                if self.run(probe).shape == (2,):
+                    return
+                errors.append(f"flat={flat}: output is not one value per sample")
+            except Exception as exc:  # the other layout fails inside paddle
+                errors.append(f"{'flat' if flat else '3-D'} input: {str(exc).strip()[:200]}")
+        raise EctlError(f"{dense_dir}: the dense model does not take pooled embeddings: {errors}")
 
     def run(self, pooled: np.ndarray) -> np.ndarray:
         """pooled float32 [B, nslots, dim] -> probabilities float32 [B]."""
         b = pooled.shape[0]
+        x = np.ascontiguousarray(pooled, dtype=np.float32)
+        if self.flat:
+            x = x.reshape(b, self.nslots * self.dim)
         with self._lock:
-            if self.per_slot:
-                for j, handle in enumerate(self._inputs):
-                    x = np.ascontiguousarray(pooled[:, j, :])
-                    handle.reshape(x.shape)
-                    handle.copy_from_cpu(x)
-            else:
-                x = np.ascontiguousarray(pooled).reshape(b, self.nslots * self.dim)
-                self._inputs[0].reshape(x.shape)
-                self._inputs[0].copy_from_cpu(x)
+            self._input.reshape(list(x.shape))
+            self._input.copy_from_cpu(x)
             self._predictor.run()
             out = self._output.copy_to_cpu()
-        return np.asarray(out, dtype=np.float32).reshape(b, -1)[:, -1].copy()
+        out = np.asarray(out, dtype=np.float32)
+        if out.size != b:
+            raise EctlError(f"dense model output has shape {out.shape} for {b} samples")
+        return out.reshape(b).copy()
 
 
 class Scorer:

@@ -27,22 +27,18 @@ _BUILD_DENSE = r"""
 import sys, numpy as np, paddle
 out = sys.argv[1]
 nslots, dim, seed = (int(a) for a in sys.argv[2:5])
-per_slot = sys.argv[5] == "1"
 paddle.enable_static()
 paddle.seed(seed)
 main, startup = paddle.static.Program(), paddle.static.Program()
 with paddle.static.program_guard(main, startup):
-    if per_slot:
-        feeds = [paddle.static.data(f"slot_{j}", [-1, dim], "float32") for j in range(nslots)]
-        x = paddle.concat(feeds, axis=1)
-    else:
-        feeds = [paddle.static.data("pooled", [-1, nslots * dim], "float32")]
-        x = feeds[0]
+    # the training export's input: pooled [batch, num_slots, dim] (docs/training.md)
+    pooled = paddle.static.data("pooled", [-1, nslots, dim], "float32")
+    x = paddle.reshape(pooled, [-1, nslots * dim])
     h = paddle.static.nn.fc(x, 16, activation="relu")
     prob = paddle.nn.functional.sigmoid(paddle.static.nn.fc(h, 1))
 exe = paddle.static.Executor(paddle.CPUPlace())
 exe.run(startup)
-paddle.static.save_inference_model(out + "/model", feeds, [prob], exe, program=main)
+paddle.static.save_inference_model(out + "/model", [pooled], [prob], exe, program=main)
 """
 
 
@@ -59,7 +55,6 @@ def write_version(
     keys: np.ndarray,
     seed: int = 0,
     parts: int = 2,
-    per_slot_inputs: bool = False,
     sparse_dim: int | None = None,
     dense_from: Path | None = None,
 ) -> Path:
@@ -77,7 +72,7 @@ def write_version(
     else:
         subprocess.run(
             [sys.executable, "-c", _BUILD_DENSE, str(vdir / "dense"), str(len(slots)), str(dim),
-             str(seed), "1" if per_slot_inputs else "0"],
+             str(seed)],
             check=True, capture_output=True, env={**os.environ, "GLOG_minloglevel": "2"},
         )  # fmt: skip
     rng = np.random.default_rng(seed)
