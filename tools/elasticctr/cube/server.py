@@ -383,12 +383,15 @@ class HttpProtocol(asyncio.Protocol):
                 self._send(result, keep_alive, req.path)
             else:
                 self.busy = True
+                self.transport.pause_reading()  # no unbounded buffering behind a slow admin call
                 task = asyncio.ensure_future(result)
                 task.add_done_callback(lambda t, r=req, k=keep_alive: self._finish(t, r, k))
                 return
 
     def _finish(self, task: asyncio.Future, req: Request, keep_alive: bool) -> None:
         self.busy = False
+        if not self.closing and not self.transport.is_closing():
+            self.transport.resume_reading()
         try:
             resp = task.result()
         except Exception as exc:  # a bug: answer 500 and keep the server up
