@@ -82,6 +82,8 @@ def test_generate_profile_and_stream_on_hdfs(hdfs_dir):
         "5",
         "--hdfs-ugi",
         UGI,
+        "--workers",
+        "2",  # worker processes open their own HDFS clients
     ).stdout
     assert "oracle AUC on held-out hour 20200401/01" in out
     found = partitions.list_partitions(root, hdfs_ugi=UGI)

@@ -246,7 +246,7 @@ def log_loss(labels: np.ndarray, probs: np.ndarray) -> float:
 
 # --- writing partitions -------------------------------------------------------------------
 
-_MODEL: SyntheticModel | None = None  # the worker processes' copy (inherited by fork)
+_MODEL: SyntheticModel | None = None  # this process's model (workers build their own)
 
 
 @dataclass
@@ -297,6 +297,13 @@ def _write_file(task: FileTask, progress: Callable[[int], None] | None = None):
 def _init_worker(model: SyntheticModel) -> None:
     global _MODEL
     _MODEL = model
+
+
+def _init_spawned_worker(spec: GeneratorSpec) -> None:
+    # The model is a pure function of the spec: rebuilding it gives identical data.
+    model = SyntheticModel(spec)
+    model.token_table()
+    _init_worker(model)
 
 
 def split_lines(total: int, files: int) -> list[int]:
@@ -353,7 +360,7 @@ def generate(
         )
     began = time.perf_counter()
     model = SyntheticModel(spec)
-    model.token_table()  # render vocabularies once, before forking workers
+    model.token_table()
     _init_worker(model)
     setup_seconds = time.perf_counter() - began
     hour_list = [start + HOUR * i for i in range(hours)]
@@ -391,9 +398,14 @@ def generate(
         for task in tasks:
             finished(_write_file(task, progress))
     else:
-        ctx = multiprocessing.get_context("fork")
+        # spawn, not fork: storage clients (hdfs-native's Rust runtime, aiohttp loops) do
+        # not survive a fork; the workers rebuild the model from the spec instead.
+        ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(model,)
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_init_spawned_worker,
+            initargs=(spec,),
         ) as pool:
             futures = [pool.submit(_write_file, t) for t in tasks]
             for fut in futures:
