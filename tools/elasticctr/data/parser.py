@@ -251,12 +251,20 @@ def _swar8(words: np.ndarray) -> np.ndarray:
     return v
 
 
+def _word_values(words: np.ndarray, s: np.ndarray, e: np.ndarray, back: int) -> np.ndarray:
+    """Value of the 8 digit positions ending ``back - 8`` bytes before each token end."""
+    p = e - back
+    lead = _LOW[np.clip(s - p, 0, 8)]
+    return _swar8((words[p] & ~lead) | (_ZEROS & lead))
+
+
 def _token_values(padded: bytes, starts: np.ndarray, ends: np.ndarray):
     """uint64 values of digit tokens and a mask of those that do not fit (or are too long).
 
     ``padded`` is the chunk with _PAD filler bytes in front; starts/ends index the chunk.
-    Each token is read as three unaligned 8-byte words ending at its last digit; bytes
-    before the token are replaced by '0' so short tokens need no special case.
+    Each token is read as unaligned 8-byte words ending at its last digit; bytes before
+    the token are replaced by '0' so short tokens need no special case. The last word
+    covers show, click and slot tokens; only longer tokens (feasigns) read two more.
     """
     n = starts.shape[0]
     if n == 0:
@@ -264,19 +272,19 @@ def _token_values(padded: bytes, starts: np.ndarray, ends: np.ndarray):
     words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
     s = starts + _PAD
     e = ends + _PAD
-    parts = []
-    for back in (24, 16, 8):
-        p = e - back
-        lead = _LOW[np.clip(s - p, 0, 8)]
-        w = (words[p] & ~lead) | (_ZEROS & lead)
-        parts.append(_swar8(w))
-    w0, w1, w2 = parts
-    value = w0 * np.uint64(10**16) + w1 * np.uint64(10**8) + w2
-    over = (
-        (ends - starts > MAX_DIGITS)
-        | (w0 > 1844)
-        | ((w0 == 1844) & ((w1 > 67440737) | ((w1 == 67440737) & (w2 > 9551615))))
-    )
+    value = _word_values(words, s, e, 8)
+    length = ends - starts
+    over = length > MAX_DIGITS
+    long = np.flatnonzero(length > 8)
+    if long.size:
+        ls, le = s[long], e[long]
+        w0 = _word_values(words, ls, le, 24)
+        w1 = _word_values(words, ls, le, 16)
+        w2 = value[long]
+        value[long] = w0 * np.uint64(10**16) + w1 * np.uint64(10**8) + w2
+        over[long] |= (w0 > 1844) | (
+            (w0 == 1844) & ((w1 > 67440737) | ((w1 == 67440737) & (w2 > 9551615)))
+        )
     return value, over
 
 
