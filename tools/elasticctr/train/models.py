@@ -21,6 +21,7 @@ from elasticctr.errors import ValidationError
 COMMON_DEFAULTS: dict[str, Any] = {
     "optimizer": "adam",
     "learningRate": 0.001,
+    "sparseLearningRate": 0.05,
     "batchSize": 512,
 }
 """Hyperparameters every model has."""
@@ -64,6 +65,11 @@ class ModelSpec:
         return float(self.params["learningRate"])
 
     @property
+    def sparse_learning_rate(self) -> float:
+        """Rate of the sparse-table rule (embeddings are updated rarely, so it is larger)."""
+        return float(self.params["sparseLearningRate"])
+
+    @property
     def optimizer(self) -> str:
         return str(self.params["optimizer"])
 
@@ -98,9 +104,10 @@ def resolve_spec(model: Mapping[str, Any] | None) -> ModelSpec:
         problems.append(
             f"trainer.model.optimizer: {params['optimizer']!r} is not one of {OPTIMIZERS}"
         )
-    lr = params["learningRate"]
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < 10:
-        problems.append(f"trainer.model.learningRate: expected a number in (0, 10), got {lr!r}")
+    for key in ("learningRate", "sparseLearningRate"):
+        lr = params[key]
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < 10:
+            problems.append(f"trainer.model.{key}: expected a number in (0, 10), got {lr!r}")
     if not _positive_int(params["batchSize"]):
         problems.append(
             f"trainer.model.batchSize: expected a positive integer, got {params['batchSize']!r}"

@@ -96,6 +96,25 @@ def _optimizer(spec: ModelSpec):
     return cls(learning_rate=spec.learning_rate)
 
 
+_SPARSE_RULES = {
+    "adam": "SparseAdamSGDRule",
+    "sgd": "SparseNaiveSGDRule",
+    "adagrad": "SparseAdaGradSGDRule",
+}
+_SPARSE_RULE_PARAM = {"adam": "adam", "sgd": "naive", "adagrad": "adagrad"}
+
+
+def sparse_table_config(spec: ModelSpec) -> dict:
+    """Sparse-table settings: same optimizer family as the dense part, its own rate."""
+    prefix = f"table_parameters.{SPARSE_TABLE}"
+    rule, sub = _SPARSE_RULES[spec.optimizer], _SPARSE_RULE_PARAM[spec.optimizer]
+    config = {f"{prefix}.shard_num": SPARSE_SHARDS}
+    for part in ("embed_sgd_param", "embedx_sgd_param"):
+        config[f"{prefix}.accessor.{part}.name"] = rule
+        config[f"{prefix}.accessor.{part}.{sub}.learning_rate"] = spec.sparse_learning_rate
+    return config
+
+
 def _init_fleet(renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int) -> Net:
     os.environ.update(renv.paddle_env())
     paddle = _paddle()
@@ -106,9 +125,7 @@ def _init_fleet(renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int) -> Net:
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     # Paddle's default of 1000 shards makes every dump 1000 files; 64 is plenty here.
-    strategy.sparse_table_configs = {
-        SPARSE_TABLE: {f"table_parameters.{SPARSE_TABLE}.shard_num": SPARSE_SHARDS}
-    }
+    strategy.sparse_table_configs = {SPARSE_TABLE: sparse_table_config(spec)}
     fleet.distributed_optimizer(_optimizer(spec), strategy).minimize(net.loss)
     del paddle
     return net
