@@ -73,18 +73,21 @@ def test_render_failure_is_one_clear_error():
 # --- the console entry point against no cluster ------------------------------------------
 
 
-def _closed_port() -> int:
+@pytest.fixture
+def _closed_port():
+    """A loopback port held bound but not listening for the whole test: connecting is
+    refused, and no other process can take the port meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 @pytest.fixture
-def dead_kubeconfig(tmp_path: Path) -> Path:
+def dead_kubeconfig(tmp_path: Path, _closed_port: int) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: d, cluster: {{server: 'https://127.0.0.1:{_closed_port()}'}}}}]\n"
+        f"clusters: [{{name: d, cluster: {{server: 'https://127.0.0.1:{_closed_port}'}}}}]\n"
         "contexts: [{name: d, context: {cluster: d, user: u}}]\ncurrent-context: d\n"
         "users: [{name: u, user: {token: t}}]\n"
     )

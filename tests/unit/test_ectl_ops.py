@@ -44,14 +44,17 @@ def registered():
     _register()
 
 
-def closed_port() -> int:
+@pytest.fixture
+def closed_port():
+    """A loopback port held bound but not listening for the whole test: connecting is
+    refused, and no other process can take the port meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 @pytest.fixture
-def dead_kubeconfig(tmp_path: Path) -> Path:
+def dead_kubeconfig(tmp_path: Path, closed_port: int) -> Path:
     """A kubeconfig whose API server is a closed loopback port: connection refused."""
     path = tmp_path / "kubeconfig"
     path.write_text(
@@ -59,7 +62,7 @@ def dead_kubeconfig(tmp_path: Path) -> Path:
 kind: Config
 clusters:
 - name: dead
-  cluster: {{server: "https://127.0.0.1:{closed_port()}"}}
+  cluster: {{server: "https://127.0.0.1:{closed_port}"}}
 contexts:
 - name: dead
   context: {{cluster: dead, user: u, namespace: ctr}}
