@@ -124,6 +124,9 @@ def test_publish_newest_version_to_all_shards_and_notify(env):
     assert Notified.received == [{"version": V1, "cube_shards": [p.url for p in env["procs"]]}]
     # Nothing new: a second poll changes nothing.
     assert "no new version" in ectl("transfer", *env["transfer"], "--once").stdout
+    status = json.loads(ectl("status", "--cube-root", str(env["cube_root"]), *env["urls"]).stdout)
+    assert status["transfer"]["committed"] == V1 and status["retained"] == [V1]
+    assert [s["committed"] for s in status["shards"]] == [V1] * SHARDS
 
 
 def test_corrupt_export_is_rejected_and_shards_keep_the_old_version(env):

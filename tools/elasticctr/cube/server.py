@@ -463,7 +463,8 @@ class HttpProtocol(asyncio.Protocol):
         if not keep_alive:
             head.append("Connection: close\r\n")
         head.append("\r\n")
-        self.transport.writelines([("".join(head)).encode("latin-1"), *body])
+        # One write, one syscall: separate writes cost a loopback TCP segment each.
+        self.transport.write(b"".join([("".join(head)).encode("latin-1"), *body]))
         self.app.metrics.requests[
             (route if route in self.app._paths else "other", resp.status)
         ] += 1
