@@ -265,3 +265,35 @@ def test_transfer_reads_the_model_store_through_the_fileserver(env, tmp_path):
         fileserver.wait(timeout=15)
     assert committed(env) == [V0] * SHARDS
     check_rows(env, V0, 1)
+
+
+def test_watcher_waits_for_shards_that_start_later(tmp_path):
+    # Pods start in any order: the transfer must wait for its shards, not exit.
+    store, cube_root = tmp_path / "store", tmp_path / "cube"
+    keys = random_keys(500, seed=3)
+    make_version(store, "20200501/00", keys, 7)
+    shard = ShardProc(cube_root, tmp_path / "state0", 0, 1)
+    shard.port = free_port()
+    log_path = tmp_path / "transfer.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "elasticctr.cli.main", "cube", "transfer", "--model-store",
+         str(store), "--cube-root", str(cube_root), "--shard-url", shard.url,
+         "--interval", "0.3"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "waiting for shards" not in log_path.read_text():
+            assert watcher.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        shard.start()
+        assert shard.wait_ready("20200501/00", timeout=60)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        code = watcher.wait(timeout=30)
+        log.close()
+        shard.stop()
+    assert code == 0, log_path.read_text()

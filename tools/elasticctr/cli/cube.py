@@ -127,7 +127,8 @@ def transfer(
         echo=typer.echo,
     )
     try:
-        t.check_shards()
+        if version or once:
+            t.check_shards()
         if version:
             t.publish(version)
             return

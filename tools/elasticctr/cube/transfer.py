@@ -268,7 +268,15 @@ class Transfer:
                 self.echo(f"removed old version {v}")
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
-        self.check_shards()
+        """Poll until `stop()`; waits for unreachable shards (pods start in any order),
+        but a shard list that does not match the shards is a configuration error."""
+        while not stop():
+            try:
+                self.check_shards()
+                break
+            except ShardError as exc:
+                self.echo(f"waiting for shards: {exc}")
+                time.sleep(interval)
         while not stop():
             try:
                 self.poll_once()
