@@ -199,16 +199,17 @@ def test_doctor_unreachable_cluster_report(dead_kubeconfig):
     assert all(set(c) == {"name", "status", "detail", "fix"} for c in report["checks"])
 
 
-def test_doctor_table_names_the_fix(dead_kubeconfig):
-    proc = ectl("doctor", "--kubeconfig", str(dead_kubeconfig), env={"COLUMNS": "200"})
+def test_doctor_table_names_the_fix(dead_kubeconfig, ectl_here):
+    proc = ectl_here("doctor", "--kubeconfig", str(dead_kubeconfig))
     assert proc.returncode == 4
     assert "cluster reachable" in proc.stdout
-    assert "not ready" in proc.stdout
+    assert "not ready" in flat(proc.stdout)
+    assert "kubectl" in proc.stdout and "cluster-info" in proc.stdout  # the fix column
     assert "Traceback" not in proc.stderr
 
 
-def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path):
-    proc = ectl(
+def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path, ectl_here):
+    proc = ectl_here(
         "doctor",
         "--kubeconfig",
         str(dead_kubeconfig),
@@ -268,17 +269,18 @@ def test_logs_rejects_unknown_component():
     assert "cube-transfer" in result.output
 
 
-def test_helm_not_found_is_a_clear_error(dead_kubeconfig, tmp_path):
-    proc = ectl("history", "--kubeconfig", str(dead_kubeconfig), "--helm", str(tmp_path / "x"))
+def test_helm_not_found_is_a_clear_error(dead_kubeconfig, tmp_path, ectl_here):
+    proc = ectl_here("history", "--kubeconfig", str(dead_kubeconfig), "--helm", str(tmp_path / "x"))
     assert proc.returncode == 1
     assert "helm not found" in flat(proc.stderr)
     assert "ELASTICCTR_HELM" in flat(proc.stderr)
 
 
-def test_helm_found_through_env_var(dead_kubeconfig):
+def test_helm_found_through_env_var(dead_kubeconfig, ectl_here, monkeypatch):
     helm = require_tool("helm")
-    env = {"ELASTICCTR_HELM": helm, "PATH": "/usr/bin:/bin"}
-    proc = ectl("history", "--kubeconfig", str(dead_kubeconfig), env=env)
+    monkeypatch.setenv("ELASTICCTR_HELM", helm)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    proc = ectl_here("history", "--kubeconfig", str(dead_kubeconfig))
     assert proc.returncode == 3, proc.stderr  # got as far as the cluster
 
 

@@ -236,23 +236,26 @@ def kube_api_client(target: Target):
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    configuration = client.Configuration()
     try:
-        api = config.new_client_from_config(
+        config.load_kube_config(
             config_file=str(target.kubeconfig) if target.kubeconfig else None,
             context=target.context,
+            client_configuration=configuration,
+            persist_config=False,
         )
     except (ConfigException, FileNotFoundError, OSError) as exc:
-        if target.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-            return client.ApiClient()
-        raise EctlError(
-            f"no usable kubeconfig: {exc}",
-            hint="pass --kubeconfig/--context or set $KUBECONFIG; `ectl doctor` checks access",
-            exit_code=EXIT_UNREACHABLE,
-        ) from exc
-    # Fail fast when the API server is down instead of retrying for minutes.
-    api.configuration.retries = 0
-    return api
+        if not (target.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
+            raise EctlError(
+                f"no usable kubeconfig: {exc}",
+                hint="pass --kubeconfig/--context or set $KUBECONFIG; `ectl doctor` checks access",
+                exit_code=EXIT_UNREACHABLE,
+            ) from exc
+        config.load_incluster_config(client_configuration=configuration)  # inside a pod
+    # Fail fast when the API server is down (urllib3 would retry 3 times per call); must
+    # be set before the ApiClient builds its connection pool.
+    configuration.retries = 1
+    return client.ApiClient(configuration)
 
 
 def kube_error(exc: Exception, what: str) -> EctlError:
