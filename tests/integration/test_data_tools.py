@@ -96,6 +96,17 @@ def test_generate_profile_and_stream_on_hdfs(hdfs_dir):
     assert summary["lines_per_hour"] == 3000 and 0.5 < summary["oracle_auc"] < 1
     stream = iter_batches(files[0], list(range(8)), 256, hdfs_ugi=UGI, block_bytes=4096)
     assert sum(len(b) for b in stream) == 1500 and stream.stats.malformed == 0
+    # the coordinator's byte-range tasks: every line read once across the ranges
+    size = fs.size(path)
+    bounds = [0, size // 3, 2 * size // 3 + 7, size]
+    counts = [
+        sum(
+            len(b)
+            for b in iter_batches(files[0], list(range(8)), 256, hdfs_ugi=UGI, start=lo, end=hi)
+        )
+        for lo, hi in zip(bounds, bounds[1:], strict=False)
+    ]
+    assert sum(counts) == 1500 and all(c > 0 for c in counts)
     report = json.loads(ectl("data", "profile", root, "-o", "json", env={"HDFS_UGI": UGI}).stdout)
     assert report["samples"] == 6000 and len(report["sources"]) == 4
     assert report["recommendation"]["slots"] == list(range(8))

@@ -300,3 +300,79 @@ def test_stream_from_file_object_and_gzip(tmp_path):
 def test_stream_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(EctlError, match="not found"):
         list(iter_batches(str(tmp_path / "nope"), [0], 4))
+
+
+def _ranges(size: int, step: int) -> list[tuple[int, int]]:
+    return [(s, min(s + step, size)) for s in range(0, size, step)]
+
+
+@pytest.mark.parametrize("step", [1, 13, 37, 200, 10_000])
+@pytest.mark.parametrize("block_bytes", [1, 7, 64])
+def test_byte_ranges_cover_every_line_exactly_once(tmp_path, step, block_bytes):
+    rng = random.Random(step * 100 + block_bytes)
+    lines = []
+    for i in range(40):
+        if i % 11 == 3:
+            lines.append("not a line")
+        elif i % 9 == 4:
+            lines.append("")
+        else:
+            feats = " ".join(
+                f"{rng.randint(0, 10 ** rng.randint(1, 19))}:{rng.randint(0, 2)}"
+                for _ in range(rng.randint(0, 4))
+            )
+            lines.append(f"1 {i % 2} {feats}".rstrip())
+    data = ("\n".join(lines)).encode()  # no final newline: the last line still counts
+    path = tmp_path / "part-00000"
+    path.write_bytes(data)
+    whole, whole_stats = parse_bytes(data, [0, 1, 2])
+    parts, malformed = [], 0
+    for start, end in _ranges(len(data), step):
+        stream = iter_batches(
+            str(path),
+            [0, 1, 2],
+            8,
+            block_bytes=block_bytes,
+            start=start,
+            end=end,
+            max_error_rate=None,
+        )
+        parts.extend(stream)
+        malformed += stream.stats.malformed
+    joined = SlotBatch.concat(parts) if parts else SlotBatch.empty([0, 1, 2])
+    assert len(joined) == len(whole)
+    for j in range(3):
+        assert joined.ids[j].tolist() == whole.ids[j].tolist()
+        assert joined.lengths[j].tolist() == whole.lengths[j].tolist()
+    assert joined.click.tolist() == whole.click.tolist()
+    assert malformed == whole_stats.malformed == 4
+
+
+def test_range_examples_name_byte_offsets(tmp_path):
+    data = b"1 0 1:0\n1 0 2:0\nbroken\n1 1 3:0\n"
+    path = tmp_path / "part-1"
+    path.write_bytes(data)
+    stream = iter_batches(str(path), [0], 10, start=5, end=len(data), max_error_rate=None)
+    assert [b.ids_of(0).tolist() for b in stream] == [[2, 3]]
+    offset = data.index(b"broken")
+    assert stream.stats.examples == [
+        f"{path}@{offset}: need at least `show click`"
+    ]
+    # a range that starts exactly at a line start takes that line
+    stream = iter_batches(str(path), [0], 10, start=8, end=9)
+    assert [b.ids_of(0).tolist() for b in stream] == [[2]]
+    # nothing begins in [17, 20) except "broken"... and past the end nothing at all
+    assert list(iter_batches(str(path), [0], 10, start=len(data), end=len(data) + 5)) == []
+    with pytest.raises(ValidationError, match="bad byte range"):
+        iter_batches(str(path), [0], 10, start=5, end=2)
+
+
+def test_ranges_of_compressed_files_only_whole(tmp_path):
+    gz = tmp_path / "part-0.gz"
+    gz.write_bytes(gzip.compress(b"1 1 42:0\n1 0 43:0\n"))
+    size = gz.stat().st_size
+    batch, _ = read_file(str(gz), [0], start=0, end=size)
+    assert batch.ids_of(0).tolist() == [42, 43]
+    for start, end in ((0, size - 1), (1, size)):
+        with pytest.raises(ValidationError, match="compressed"):
+            list(iter_batches(str(gz), [0], 4, start=start, end=end))

@@ -150,6 +150,10 @@ class FileStats:
     ignored_slots: dict[int, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
+    # Reading a byte range that starts mid-file, line numbers are unknown: examples then
+    # name the line's byte offset (`file@offset`); `chunk_offset` is the reader's position.
+    byte_offsets: bool = False
+    chunk_offset: int = 0
 
     @property
     def error_rate(self) -> float:
@@ -389,7 +393,12 @@ def _record_bad(data, nl_pos, bad_idx, first_line, stats: FileStats) -> None:
         category, detail = found or ("malformed", "rejected")
         stats.reasons[category] = stats.reasons.get(category, 0) + 1
         if len(stats.examples) < MAX_EXAMPLES:
-            stats.examples.append(f"{stats.source}:{first_line + i}: {detail}")
+            where = (
+                f"{stats.source}@{stats.chunk_offset + begin}"
+                if stats.byte_offsets
+                else f"{stats.source}:{first_line + i}"
+            )
+            stats.examples.append(f"{where}: {detail}")
 
 
 class LineParser:
@@ -502,8 +511,14 @@ class BatchStream:
     """Iterate a file or URL as SlotBatches of ``batch_size`` samples (the last may be short).
 
     Reads ``block_bytes`` at a time, parses whole lines only and keeps sample order.
-    ``stats`` is live while iterating; at end of file the error-rate bound is enforced
+    ``stats`` is live while iterating; at the end the error-rate bound is enforced
     (a ValidationError naming the file) unless ``max_error_rate`` is None.
+
+    ``start``/``end`` select a byte range, as the coordinator's tasks do: exactly the
+    lines that *begin* at an offset in ``[start, end)`` are read (the last one to its
+    end), so consecutive ranges cover every line once. Examples of bad lines in a range
+    starting mid-file name byte offsets (``file@12345``) instead of line numbers.
+    Compressed files can only be read whole.
     """
 
     def __init__(
@@ -517,9 +532,14 @@ class BatchStream:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         hdfs_ugi: str | None = None,
         name: str | None = None,
+        start: int = 0,
+        end: int | None = None,
     ):
         if batch_size <= 0:
             raise ValidationError(f"batch size must be positive, got {batch_size}")
+        if start < 0 or (end is not None and end < start):
+            raise ValidationError(f"bad byte range [{start}, {end})")
+        self.start, self.end = start, end
         self.source = source
         self.parser = LineParser(slots, sparse_dim)
         self.batch_size = batch_size
@@ -527,19 +547,51 @@ class BatchStream:
         self.block_bytes = max(1, block_bytes)
         self.hdfs_ugi = hdfs_ugi
         label = name or (source if isinstance(source, str) else getattr(source, "name", None))
-        self.stats = FileStats(source=str(label or "<stream>"))
+        self.stats = FileStats(source=str(label or "<stream>"), byte_offsets=start > 0)
 
     def _open(self):
         if not isinstance(self.source, str):
             return _NoClose(self.source)
-        from elasticctr.data.storage import open_input
+        from fsspec.utils import infer_compression
 
+        from elasticctr.data.storage import open_input, url_to_fs
+
+        if infer_compression(self.source) and (self.start > 0 or self.end is not None):
+            # a range of a compressed file is only meaningful as the whole file
+            fs, path = url_to_fs(self.source, self.hdfs_ugi)
+            if self.start > 0 or self.end < fs.size(path):
+                raise ValidationError(
+                    f"{self.source}: cannot read bytes [{self.start}, {self.end}) of a "
+                    "compressed file",
+                    hint="give compressed files as whole-file tasks",
+                )
+            self.end = None
         return open_input(self.source, hdfs_ugi=self.hdfs_ugi)
 
     def _chunks(self) -> Iterator[bytes]:
+        """Complete lines, block by block; ``self.stats.chunk_offset`` = each one's offset."""
+        end = self.end
         with self._open() as fh:
+            offset = 0  # file offset of rest[0]
             rest = b""
+            if self.start > 0:
+                self._check_seekable(fh)
+                # the line beginning at `start` is ours if byte start-1 ends the line before
+                fh.seek(self.start - 1)
+                offset = self.start - 1
+                while True:
+                    block = fh.read(self.block_bytes)
+                    if not block:
+                        return
+                    cut = block.find(b"\n")
+                    if cut >= 0:
+                        rest = block[cut + 1 :]
+                        offset += cut + 1
+                        break
+                    offset += len(block)
             while True:
+                if end is not None and offset >= end:
+                    return
                 block = fh.read(self.block_bytes)
                 if not block:
                     break
@@ -548,10 +600,29 @@ class BatchStream:
                 if cut < 0:
                     rest = block
                     continue
+                if end is not None and offset + cut + 1 > end:
+                    # lines beginning before `end`: up to the line containing byte end-1
+                    last = block.find(b"\n", end - offset - 1)
+                    self.stats.chunk_offset = offset
+                    yield block[: last + 1]
+                    return
                 rest = block[cut + 1 :]
+                self.stats.chunk_offset = offset
                 yield block[: cut + 1]
-            if rest:
+                offset += cut + 1
+            if rest and (end is None or offset < end):
+                if end is not None and offset + len(rest) > end:
+                    last = rest.find(b"\n", end - offset - 1)
+                    rest = rest[: last + 1] if last >= 0 else rest
+                self.stats.chunk_offset = offset
                 yield rest
+
+    def _check_seekable(self, fh) -> None:
+        if not (hasattr(fh, "seekable") and fh.seekable()):
+            raise ValidationError(
+                f"{self.stats.source}: cannot start reading at byte {self.start} of an "
+                "unseekable stream"
+            )
 
     def __iter__(self) -> Iterator[SlotBatch]:
         pending: list[SlotBatch] = []
