@@ -88,10 +88,10 @@ def resolve_spec(model: Mapping[str, Any] | None) -> ModelSpec:
     name = model.pop("name", DEFAULT_MODEL) or DEFAULT_MODEL
     problems: list[str] = []
     if name not in DEFAULTS:
-        raise ValidationError(
-            f"trainer.model.name: unknown model {name!r}",
-            [f"choose one of: {', '.join(DEFAULTS)}"],
+        problem = (
+            f"trainer.model.name: unknown model {name!r} (choose one of: {', '.join(DEFAULTS)})"
         )
+        raise ValidationError(problem, [problem])
     allowed = {**COMMON_DEFAULTS, **DEFAULTS[name]}
     for key in model:
         if key not in allowed:

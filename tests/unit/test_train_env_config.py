@@ -1,0 +1,179 @@
+"""Role environment contract, values → TrainConfig, model-spec validation, metrics."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from elasticctr import constants as C
+from elasticctr.errors import EctlError, ValidationError
+from elasticctr.train import env as role_env
+from elasticctr.train import metrics
+from elasticctr.train.config import from_values
+from elasticctr.train.models import DEFAULTS, resolve_spec
+
+
+@pytest.mark.fast
+def test_explicit_paddle_env_for_a_trainer() -> None:
+    renv = role_env.resolve(
+        {
+            C.ENV_TRAINING_ROLE: "TRAINER",
+            C.ENV_PSERVER_ENDPOINTS: "10.0.0.1:6170,10.0.0.2:6170",
+            C.ENV_TRAINERS_NUM: "3",
+            C.ENV_TRAINER_ID: "2",
+            C.ENV_POD_IP: "10.0.1.5",
+            C.ENV_PADDLE_PORT: "6200",
+        }
+    )
+    assert renv.role == C.ROLE_TRAINER and renv.index == 2 and renv.trainers_num == 3
+    assert renv.pserver_endpoints == ("10.0.0.1:6170", "10.0.0.2:6170")
+    assert renv.gloo_endpoint == f"10.0.0.1:{C.DEFAULT_GLOO_PORT}"
+    env = renv.paddle_env()
+    assert env[C.ENV_TRAINER_ID] == "2" and env[C.ENV_PIR_API] == "0"
+    assert env[C.ENV_WITH_GLOO] == "1" and env[C.ENV_GLOO_RENDEZVOUS] == "3"
+
+
+@pytest.mark.fast
+def test_volcano_variables_map_to_paddle_for_both_roles() -> None:
+    vc = {
+        C.ENV_VC_PSERVER_HOSTS: "job-pserver-0.job,job-pserver-1.job",
+        C.ENV_VC_TRAINER_HOSTS: "job-trainer-0.job,job-trainer-1.job,job-trainer-2.job",
+        C.ENV_VC_TASK_INDEX: "1",
+    }
+    ps = role_env.resolve(vc, role="pserver")
+    assert ps.pserver_endpoints == (
+        f"job-pserver-0.job:{C.DEFAULT_PSERVER_PORT}",
+        f"job-pserver-1.job:{C.DEFAULT_PSERVER_PORT}",
+    )
+    # Paddle finds its shard by POD_IP:PADDLE_PORT in the list: the host name is used.
+    assert ps.index == 1 and ps.pod_ip == "job-pserver-1.job"
+    assert ps.port == C.DEFAULT_PSERVER_PORT and ps.trainers_num == 3
+    tr = role_env.resolve(vc, role="trainer")
+    assert tr.index == 1 and tr.trainers_num == 3
+    assert tr.gloo_endpoint == f"job-pserver-0.job:{C.DEFAULT_GLOO_PORT}"
+
+
+@pytest.mark.fast
+def test_broken_environment_lists_every_problem() -> None:
+    with pytest.raises(ValidationError) as err:
+        role_env.resolve(
+            {
+                C.ENV_TRAINING_ROLE: "WORKER",
+                C.ENV_PSERVER_ENDPOINTS: "nohost",
+                C.ENV_TRAINERS_NUM: "x",
+            }
+        )
+    text = "\n".join(err.value.problems)
+    assert "TRAINING_ROLE" in text and "not host:port" in text and "integer" in text
+    with pytest.raises(ValidationError) as err:
+        role_env.resolve(
+            {C.ENV_PSERVER_ENDPOINTS: "a:1", C.ENV_TRAINERS_NUM: "2", C.ENV_TRAINER_ID: "5"},
+            role="trainer",
+        )
+    assert any("outside 0..1" in p for p in err.value.problems)
+
+
+@pytest.mark.fast
+def test_wait_for_endpoints_times_out_with_a_clear_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connection refused
+        t0 = time.monotonic()
+        with pytest.raises(EctlError) as err:
+            role_env.wait_for_endpoints([f"127.0.0.1:{port}"], timeout=0.5)
+        assert time.monotonic() - t0 < 5
+    assert f"127.0.0.1:{port}" in str(err.value) and C.ENV_PSERVER_WAIT_SECONDS in str(err.value)
+
+
+@pytest.mark.fast
+def test_wait_for_endpoints_returns_once_listening() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        waited = role_env.wait_for_endpoints([f"127.0.0.1:{sock.getsockname()[1]}"], timeout=5)
+    assert waited < 2
+
+
+@pytest.mark.fast
+def test_model_defaults_and_validation() -> None:
+    spec = resolve_spec(None)
+    assert spec.name == "dnn" and spec.table_dim == 9
+    assert spec.params["hiddenUnits"] == [400, 400, 400] and spec.optimizer == "adam"
+    assert resolve_spec({"name": "lr"}).table_dim == 1
+    assert resolve_spec({"name": "deepfm", "embeddingDim": 4}).table_dim == 5
+    assert resolve_spec({"name": "dcn"}).table_dim == DEFAULTS["dcn"]["embeddingDim"]
+    with pytest.raises(ValidationError, match="unknown model"):
+        resolve_spec({"name": "transformer"})
+    with pytest.raises(ValidationError) as err:
+        resolve_spec(
+            {
+                "name": "dnn",
+                "optimizer": "lamb",
+                "learningRate": -1,
+                "cinLayers": [1],
+                "hiddenUnits": [],
+            }
+        )
+    text = "\n".join(err.value.problems)
+    assert "optimizer" in text and "learningRate" in text
+    assert "cinLayers: not a hyperparameter of dnn" in text and "hiddenUnits" in text
+
+
+@pytest.mark.fast
+def test_values_to_train_config() -> None:
+    cfg = from_values(
+        {
+            "global": {
+                "data": {
+                    "path": "file:///d",
+                    "slots": [3, 1],
+                    "sparseDim": 1000,
+                    "startDateHour": "20200401/00",
+                },
+                "modelStore": "file:///store",
+                "mlflow": {"trackingUri": "http://mlflow:5000"},
+            },
+            "trainer": {"model": {"name": "wide_deep", "batchSize": 64}},
+        }
+    )
+    assert cfg.slots == (3, 1) and cfg.sparse_dim == 1000 and cfg.model.batch_size == 64
+    assert cfg.model_store == "file:///store" and cfg.mlflow_uri == "http://mlflow:5000"
+    with pytest.raises(ValidationError) as err:
+        from_values(
+            {
+                "global": {"data": {"slots": [1, 1], "startDateHour": "2020-04-01"}},
+                "trainer": {"model": {"name": "dnn", "batchSize": 0}},
+            }
+        )
+    text = "\n".join(err.value.problems)
+    assert "unique" in text and "YYYYMMDD/HH" in text and "batchSize" in text
+
+
+def test_auc_and_logloss_match_sklearn() -> None:
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    label = rng.random(5000) < 0.3
+    score = np.round(rng.random(5000) * 0.5 + label * 0.2, 2)  # many ties
+    assert metrics.auc(label, score) == pytest.approx(roc_auc_score(label, score), abs=1e-12)
+    prob = np.clip(score, 0.01, 0.99)
+    assert metrics.logloss(label, prob) == pytest.approx(log_loss(label, prob), rel=1e-9)
+    assert np.isnan(metrics.auc(np.ones(3), np.arange(3)))
+
+
+@pytest.mark.fast
+def test_cli_rejects_bad_values_before_starting_anything(tmp_path) -> None:
+    from elasticctr.cli.main import _register, app
+
+    _register()
+    bad = tmp_path / "values.yaml"
+    bad.write_text("trainer:\n  model:\n    name: nope\nglobal:\n  data:\n    slots: [0]\n")
+    result = CliRunner().invoke(app, ["train", "--local", "-f", str(bad)])
+    assert isinstance(result.exception, ValidationError)
+    assert "unknown model" in "\n".join(result.exception.problems)
+    missing = CliRunner().invoke(app, ["train", "--local", "-f", str(tmp_path / "nope.yaml")])
+    assert isinstance(missing.exception, EctlError) and "does not exist" in str(missing.exception)
