@@ -355,13 +355,11 @@ def test_range_examples_name_byte_offsets(tmp_path):
     stream = iter_batches(str(path), [0], 10, start=5, end=len(data), max_error_rate=None)
     assert [b.ids_of(0).tolist() for b in stream] == [[2, 3]]
     offset = data.index(b"broken")
-    assert stream.stats.examples == [
-        f"{path}@{offset}: need at least `show click`"
-    ]
+    assert stream.stats.examples == [f"{path}@{offset}: need at least `show click`"]
     # a range that starts exactly at a line start takes that line
     stream = iter_batches(str(path), [0], 10, start=8, end=9)
     assert [b.ids_of(0).tolist() for b in stream] == [[2]]
-    # nothing begins in [17, 20) except "broken"... and past the end nothing at all
+    # a range past the end of the file reads nothing
     assert list(iter_batches(str(path), [0], 10, start=len(data), end=len(data) + 5)) == []
     with pytest.raises(ValidationError, match="bad byte range"):
         iter_batches(str(path), [0], 10, start=5, end=2)
