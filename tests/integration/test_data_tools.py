@@ -190,3 +190,31 @@ def test_atomic_overwrite_on_hdfs(hdfs_dir):
     assert storage.read_text(target, UGI) == "0\n1\n2\n"
     fs, path = storage.url_to_fs(f"{hdfs_dir}/conf", UGI)
     assert [p.rsplit("/", 1)[1] for p in fs.ls(path, detail=False)] == ["slot.conf"]
+
+
+def test_worker_processes_write_the_same_bytes(tmp_path):
+    import datetime as dt
+
+    from elasticctr.data.generate import GeneratorSpec, generate
+
+    spec = GeneratorSpec(slots=[0, 1, 2, 5], vocab=200, seed=3)
+    start = dt.datetime(2020, 4, 1, 22)
+    one = generate(
+        str(tmp_path / "one"), spec, start=start, hours=2, lines_per_hour=900, files_per_partition=3
+    )
+    two = generate(
+        str(tmp_path / "two"),
+        spec,
+        start=start,
+        hours=2,
+        lines_per_hour=900,
+        files_per_partition=3,
+        workers=2,
+    )
+    files = sorted(
+        p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file()
+    )
+    assert len(files) == 2 * 3 + 2 + 2  # part files, donefiles, slot.conf, generator.json
+    for rel in files:
+        assert (tmp_path / "one" / rel).read_bytes() == (tmp_path / "two" / rel).read_bytes()
+    assert one.oracle_auc == two.oracle_auc

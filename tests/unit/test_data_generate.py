@@ -69,7 +69,8 @@ def test_partitions_format_and_summary(tmp_path):
     assert (tmp_path / "slot.conf").read_text() == "0\n1\n2\n5\n9\n"
 
 
-def test_same_seed_same_bytes_any_worker_count(tmp_path):
+def test_same_seed_same_bytes(tmp_path):
+    """(Worker processes giving the same bytes: tests/integration/test_data_tools.py.)"""
     a = generate(
         str(tmp_path / "a"),
         small_spec(seed=3),
@@ -85,7 +86,6 @@ def test_same_seed_same_bytes_any_worker_count(tmp_path):
         hours=2,
         lines_per_hour=800,
         files_per_partition=2,
-        workers=2,
     )
     c = generate(
         str(tmp_path / "c"),
