@@ -170,6 +170,7 @@ AGREEMENT_CASES = [
             "podDisruptionBudget": {"minAvailable": 2},
         }
     },
+    {"fileserver": {"auth": {"existingSecret": "fs"}}, "trainer": {"model": {"cinLayers": [2]}}},
 ]
 
 
@@ -178,6 +179,20 @@ AGREEMENT_CASES = [
 )
 def test_helm_and_ectl_validate_report_the_same_problems(helm, user, tmp_path):
     assert _helm_problems(helm, user, tmp_path) == chart_values.validate(user, CHART)
+
+
+@pytest.mark.parametrize("model", sorted(chart_values.model_hyperparameters()))
+def test_chart_knows_the_zoo_hyperparameters(helm, model, tmp_path):
+    """The chart's copy of the zoo table (templates/_helpers.tpl) matches elasticctr.train:
+    set every hyperparameter any model has; both must reject exactly the same keys."""
+    every = set().union(*chart_values.model_hyperparameters().values())
+    samples = {"hiddenUnits": [4], "cinLayers": [4], "optimizer": "sgd"}
+    model_values = {key: samples.get(key, 1) for key in sorted(every)}
+    user = {"trainer": {"model": {"name": model, **model_values}}}
+    helm_says = _helm_problems(helm, user, tmp_path)
+    assert helm_says == chart_values.validate(user, CHART)
+    rejected = {line.split(":")[0].rsplit(".", 1)[1] for line in helm_says}
+    assert rejected == every - chart_values.model_hyperparameters()[model]
 
 
 def _job(helm, *args: str) -> dict:

@@ -120,12 +120,13 @@ RULES = [
     (
         {"trainer": {"model": {"name": "dnn", "crossLayers": 2, "learningRate": 0.01}}},
         "trainer.model.crossLayers: not a hyperparameter of dnn "
-        "(known: batchSize, embeddingDim, hiddenUnits, learningRate, optimizer)",
+        "(known: batchSize, embeddingDim, hiddenUnits, learningRate, optimizer, "
+        "sparseLearningRate)",
     ),
     (
         {"trainer": {"model": {"name": "lr", "hiddenUnits": [8]}}},
         "trainer.model.hiddenUnits: not a hyperparameter of lr "
-        "(known: batchSize, learningRate, optimizer)",
+        "(known: batchSize, learningRate, optimizer, sparseLearningRate)",
     ),
     (
         {"fileserver": {"enabled": False}, "global": {"modelStore": "hdfs://nn:8020/m"}},
@@ -136,6 +137,12 @@ RULES = [
         {"global": {"data": {"path": "hdfs:///ctr/data"}}},
         "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL "
         "without a namenode",
+    ),
+    (
+        {"fileserver": {"auth": {"existingSecret": "fs-token"}}},
+        "trainer.fileserverToken.existingSecret: must be fs-token like "
+        "fileserver.auth.existingSecret (training uploads model versions to the fileserver "
+        "with that token)",
     ),
     (
         {"trainer": {"serviceAccount": {"create": False}}},
@@ -152,7 +159,10 @@ RULES = [
         "(empty means the release's fileserver)",
     ),
     (
-        {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "tok"}}},
+        {
+            "fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "tok"}},
+            "trainer": {"fileserverToken": {"existingSecret": "tok"}},
+        },
         "fileserver.auth: set token or existingSecret, not both",
     ),
     (

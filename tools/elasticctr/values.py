@@ -266,6 +266,18 @@ def cross_field_problems(values: Values) -> list[str]:
                 "without a namenode"
             )
         )
+
+        def upload_token():
+            secret = _dig(values, "fileserver.auth.existingSecret")
+            if fileserver and not g.get("modelStore") and secret:
+                if _dig(values, "trainer.fileserverToken.existingSecret") != secret:
+                    return (
+                        f"trainer.fileserverToken.existingSecret: must be {secret} like "
+                        "fileserver.auth.existingSecret (training uploads model versions to "
+                        "the fileserver with that token)"
+                    )
+
+        rule(upload_token)
         rule(
             lambda: (
                 (

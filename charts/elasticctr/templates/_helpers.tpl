@@ -33,7 +33,7 @@ tools/elasticctr/values.py implements the same rules with the same messages for
     {{- $errs = append $errs (printf "trainer.trainer.minReplicas: %d is more than trainer.trainer.replicas (%d)" (int $t.minReplicas) (int $t.replicas)) -}}
   {{- end -}}
   {{- /* Hyperparameters each zoo model has (elasticctr.train.models DEFAULTS/COMMON_DEFAULTS). */ -}}
-  {{- $common := list "batchSize" "learningRate" "optimizer" -}}
+  {{- $common := list "batchSize" "learningRate" "optimizer" "sparseLearningRate" -}}
   {{- $deep := list "embeddingDim" "hiddenUnits" -}}
   {{- $zoo := dict "dnn" $deep "lr" list "wide_deep" $deep "deepfm" $deep "dcn" (append $deep "crossLayers") "xdeepfm" (append $deep "cinLayers") -}}
   {{- $m := $v.trainer.model -}}
@@ -50,6 +50,9 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- end -}}
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
     {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
+  {{- end -}}
+  {{- if and $fileserver (not $g.modelStore) $v.fileserver.auth.existingSecret (ne $v.fileserver.auth.existingSecret $v.trainer.fileserverToken.existingSecret) -}}
+    {{- $errs = append $errs (printf "trainer.fileserverToken.existingSecret: must be %s like fileserver.auth.existingSecret (training uploads model versions to the fileserver with that token)" $v.fileserver.auth.existingSecret) -}}
   {{- end -}}
   {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
     {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
