@@ -8,6 +8,7 @@ values file belongs to other parts and is ignored here.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,7 +84,10 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
         problems.append(f"global.data.maxErrorRate: expected a number in [0, 1], got {rate!r}")
     model_store = _get(values, "global", "modelStore") or ""
-    mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or ""
+    # The chart sets MLFLOW_TRACKING_URI when trackingUri is empty (its own mlflow subchart).
+    mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or os.environ.get(
+        "MLFLOW_TRACKING_URI", ""
+    )
     if problems:
         raise ValidationError("values are not usable for training", problems)
     return TrainConfig(
