@@ -134,6 +134,14 @@ def generate_cmd(
         f"oracle AUC on held-out hour {result.heldout}: [bold]{result.oracle_auc:.4f}[/bold] "
         f"(log loss {result.oracle_logloss:.4f}); saved to {result.summary_url}"
     )
+    train_end = result.hours[-2] if len(result.hours) > 1 else result.hours[-1]
+    console.print(
+        f"values for training on it: global.data.path={output} "
+        f"startDateHour={result.hours[0]} endDateHour={train_end} "
+        f"slots={_compact(spec.slots)} (slot.conf is beside the data"
+        + (f"; {result.heldout} is the held-out hour)" if len(result.hours) > 1 else ")"),
+        highlight=False,
+    )
 
 
 @data_app.command("profile")
