@@ -126,3 +126,22 @@ def test_status_finds_the_newest_complete_model_version(fileserver):
 
     assert newest_version(get) == "20200401/00"
     assert newest_version(lambda path: "404 not found") is None
+
+
+def test_a_command_runs_through_the_tunnel_with_the_url(fileserver):
+    """`ectl port-forward serving -- ectl predict data.txt`: the command gets the URL."""
+    from elasticctr.cli.forward import run_through
+
+    port, _ = fileserver
+    check = (
+        "import os, sys, httpx\n"
+        "url = sys.argv[1]\n"
+        "ok = httpx.get(url + '/healthz', timeout=30).status_code == 200\n"
+        "sys.exit(0 if ok and os.environ['ELASTICCTR_SERVING_URL'] == url else 3)\n"
+    )
+    with tunnel(lambda: socket.create_connection(("127.0.0.1", port), timeout=30)) as url:
+        assert run_through(url, "serving", [sys.executable, "-c", check, "{url}"]) == 0
+        assert run_through(url, "serving", [sys.executable, "-c", "raise SystemExit(7)"]) == 7
+        with pytest.raises(EctlError) as err:
+            run_through(url, "serving", ["/no/such/program"])
+        assert "cannot run /no/such/program" in str(err.value)

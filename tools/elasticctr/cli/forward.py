@@ -9,7 +9,11 @@ code uses `forward_service()` directly. Owns the tunnel only, not what runs thro
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +31,7 @@ from elasticctr.cli._common import (
     console,
 )
 from elasticctr.cli.status import COMPONENT_LABEL, INSTANCE_LABEL, LABEL_OF
+from elasticctr.constants import ENV_SERVING_URL
 from elasticctr.errors import EctlError
 
 SERVICES = ("serving", "mlflow", "fileserver", "coordinator", "cube-transfer", "cube")
@@ -202,6 +207,24 @@ def _component(value: str) -> str:
     return value
 
 
+URL_ENV = {"serving": ENV_SERVING_URL, "mlflow": "MLFLOW_TRACKING_URI"}
+"""What a command run through the tunnel finds the URL in (besides `{url}` in its args)."""
+
+
+def run_through(url: str, component: str, command: list[str]) -> int:
+    """Run `command` with the tunnel's URL in its environment and `{url}` args; its exit code."""
+    env = dict(os.environ)
+    if component in URL_ENV:
+        env[URL_ENV[component]] = url
+    argv = [arg.replace("{url}", url) for arg in command]
+    if argv and argv[0] == "ectl" and not shutil.which("ectl"):
+        argv = [sys.executable, "-m", "elasticctr.cli.main", *argv[1:]]
+    try:
+        return subprocess.run(argv, env=env).returncode
+    except OSError as exc:
+        raise EctlError(f"cannot run {argv[0]}: {exc.strerror}") from exc
+
+
 def port_forward(
     component: str = typer.Argument(
         ...,
@@ -209,13 +232,22 @@ def port_forward(
         autocompletion=lambda: list(SERVICES),
         help=f"One of {', '.join(SERVICES)}.",
     ),
+    command: list[str] | None = typer.Argument(
+        None,
+        help="After --: a command to run while the tunnel is open (gets the URL in "
+        f"${ENV_SERVING_URL} for serving, $MLFLOW_TRACKING_URI for mlflow, and for `{{url}}`).",
+    ),
     local_port: int = typer.Option(0, "--port", "-p", help="Local port (0 = a free one)."),
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     context: str | None = CONTEXT_OPTION,
 ) -> None:
-    """Forward a local port to a release's Service until Ctrl-C (e.g. for `ectl predict`).
+    """Forward a local port to a release's Service (until Ctrl-C, or around one command).
+
+    ElasticCTR's -c (predict against the deployment) is one line:
+
+      ectl port-forward serving -- ectl predict data.txt
 
     Examples:
 
@@ -223,9 +255,16 @@ def port_forward(
       ectl predict data.txt --url http://127.0.0.1:8600
 
       ectl port-forward mlflow -p 5000          # then open http://127.0.0.1:5000
+
+      ectl port-forward fileserver -- curl -s {url}/healthz
     """
     target = Target(release, namespace, kubeconfig, context)
     with forward_service(target, component, local_port) as url:
+        if command:
+            code = run_through(url, component, command)
+            if code:
+                raise typer.Exit(code)
+            return
         console.print(f"{component} of {release}: [bold]{url}[/bold] (Ctrl-C stops)")
         try:
             threading.Event().wait()
