@@ -216,3 +216,13 @@ def test_secret_values_never_appear_in_a_diff():
     assert "-p" not in text.replace("--- ", "").replace("+++ ", "")
     assert "(sha256 " in text and changes[0].added == 2 and changes[0].removed == 2
     assert diff_manifests([secret("same")], [secret("same")], "ns") == []
+
+
+def test_template_set_overrides_the_files(ectl_here):
+    require_tool("helm")
+    proc = ectl_here(
+        "template", "-f", str(DEMO), "--set", "cube.shards=3", "-o", "json", "-R", "ctr"
+    )
+    assert proc.returncode == 0, proc.stderr
+    cube = next(d for d in json.loads(proc.stdout) if d["kind"] == "StatefulSet")
+    assert cube["spec"]["replicas"] == 3

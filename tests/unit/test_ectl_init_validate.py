@@ -346,3 +346,17 @@ def test_validate_console_script_exit_code_and_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "trainer.pserver.replicas: 0 is less than the minimum of 1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.fast
+def test_validate_with_set_overrides(tmp_path, ectl_here):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  pserver:\n    replicas: 0\n")
+    assert ectl_here("validate", str(bad), "--set", "trainer.pserver.replicas=2").returncode == 0
+    proc = ectl_here("validate", str(bad), "--set", "cube.shards=[1]", "--set", "nokey")
+    assert proc.returncode == 2
+    assert "--set nokey: expected dotted.key=value" in proc.stderr
+    proc = ectl_here("validate", str(bad), "--set", "cube.shards=[1]")
+    assert proc.returncode == 2
+    assert "cube.shards: [1] is not of type 'integer'" in proc.stderr
+    assert "trainer.pserver.replicas: 0 is less than the minimum of 1" in proc.stderr

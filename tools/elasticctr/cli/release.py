@@ -42,6 +42,12 @@ VALUES_OPTION = typer.Option(
     "-f",
     help="Values file (repeatable; later files override earlier ones, like helm -f).",
 )
+SET_OPTION = typer.Option(
+    None,
+    "--set",
+    help="Override one value, dotted.key=value (repeatable, applied after the files; the "
+    "value is read as YAML: --set cube.shards=4 --set trainer.model.name=deepfm).",
+)
 CHART_OPTION = typer.Option(
     None, "--chart", help=f"Chart directory (default: ${ENV_CHART_DIR} or charts/elasticctr)."
 )
@@ -274,6 +280,7 @@ def _deploy(
     files: list[Path] | None,
     chart: Path | None,
     *,
+    sets: list[str] | None,
     dry_run: bool,
     wait: bool,
     timeout: str,
@@ -283,7 +290,7 @@ def _deploy(
     show_diff: bool,
 ) -> None:
     chart_path = _chart_path(chart)
-    values = load_user_values(files or [], chart_path)
+    values = load_user_values(files or [], chart_path, sets)
     namespace = target.resolved_namespace()
     client = common.helm_client(target)
 
@@ -365,6 +372,7 @@ def _deploy(
 
 def install(
     files: list[Path] | None = VALUES_OPTION,
+    sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: Path | None = CHART_OPTION,
@@ -394,12 +402,15 @@ def install(
       ectl install -f values.yaml --dry-run          # what would be created
 
       ectl install -f base.yaml -f prod.yaml -n ctr --wait --timeout 15m
+
+      ectl install -f values.yaml --set cube.shards=4
     """
     _deploy(
         "install",
         _target(release, namespace, kubeconfig, context, helm),
         files,
         chart,
+        sets=sets,
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -412,6 +423,7 @@ def install(
 
 def upgrade(
     files: list[Path] | None = VALUES_OPTION,
+    sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: Path | None = CHART_OPTION,
@@ -447,6 +459,7 @@ def upgrade(
         _target(release, namespace, kubeconfig, context, helm),
         files,
         chart,
+        sets=sets,
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -670,6 +683,7 @@ def _template_output(value: str) -> str:
 
 def template(
     files: list[Path] | None = VALUES_OPTION,
+    sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: Path | None = CHART_OPTION,
@@ -691,7 +705,7 @@ def template(
       ectl template -f values.yaml -o json | jq '.[].kind'
     """
     chart_path = _chart_path(chart)
-    values = load_user_values(files or [], chart_path)
+    values = load_user_values(files or [], chart_path, sets)
     ns = namespace or "default"
     client = common.helm_client(Target(release, ns, None, None, helm))
     docs = common.run(render(client, chart_path, release, values, ns, upgrade=False))

@@ -12,7 +12,7 @@ import typer
 
 from elasticctr.cli import _common as common
 from elasticctr.cli._common import OutputFormat, console
-from elasticctr.cli._values import check_values
+from elasticctr.cli._values import load_user_values
 from elasticctr.errors import ValidationError
 
 
@@ -24,6 +24,9 @@ def _split(problem: str) -> dict[str, str]:
 def validate(
     files: list[Path] = typer.Argument(
         ..., help="Values files, merged in order like `helm -f a -f b`."
+    ),
+    sets: list[str] | None = typer.Option(
+        None, "--set", help="dotted.key=value overrides applied after the files (repeatable)."
     ),
     output: OutputFormat = common.OUTPUT_OPTION,
 ) -> None:
@@ -37,6 +40,8 @@ def validate(
       ectl validate values.yaml
 
       ectl validate base.yaml prod.yaml          # as `ectl install -f base.yaml -f prod.yaml`
+
+      ectl validate values.yaml --set trainer.pserver.replicas=4
 
       ectl validate values.yaml -o json | jq -r '.problems[].path'
     """
@@ -53,7 +58,7 @@ def validate(
         error = ValidationError(f"{len(problems)} file(s) cannot be read as YAML", problems)
     else:
         try:
-            check_values(files)
+            load_user_values(files, sets=sets)
         except ValidationError as exc:
             error = exc
     names = [str(f) for f in files]
