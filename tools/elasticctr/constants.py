@@ -109,6 +109,8 @@ ENV_TRAIN_VALUES = "ECTL_TRAIN_VALUES"
 """Path of the values file a role reads (same as `ectl train pserver|trainer -f`)."""
 ENV_TRAIN_STAGING = "ECTL_TRAIN_STAGING"
 """Folder pservers dump sparse tables into before export (shared volume in a cluster)."""
+ENV_TRAIN_CHECKPOINT = "ECTL_TRAIN_CHECKPOINT"
+"""Folder of the training checkpoint (PS dump + progress.json); shared volume in a cluster."""
 
 # --- serving --------------------------------------------------------------------------
 ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"

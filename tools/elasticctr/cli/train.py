@@ -61,6 +61,11 @@ def train(
     synthetic_partitions: int = typer.Option(1, "--synthetic-partitions", min=1),
     timeout: float = typer.Option(None, "--timeout", help="Fail if not done in this many s."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo role logs."),
+    checkpoint_dir: Path = typer.Option(
+        None, "--checkpoint-dir", help="Default $ELASTICCTR_HOME/train/checkpoint."
+    ),
+    checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
 ) -> None:
     """Train with Paddle Fleet parameter servers."""
     if ctx.invoked_subcommand is not None:
@@ -75,12 +80,15 @@ def train(
     config.load(path)  # fail fast, before any process starts
     home = Path(os.environ.get(C.ENV_HOME, ".elasticctr"))
     log_dir = log_dir or home / "train" / time.strftime("%Y%m%d-%H%M%S")
+    ckpt = (checkpoint_dir or home / "train" / "checkpoint").resolve()
+    extra = ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(checkpoint_every)]
+    extra += ["--resume"] if resume else []
     result = launch(
         path.resolve(),
         pservers=pservers,
         trainers=trainers,
         log_dir=log_dir,
-        extra_trainer_args=_synthetic_args(synthetic_samples, synthetic_partitions),
+        extra_trainer_args=[*_synthetic_args(synthetic_samples, synthetic_partitions), *extra],
         timeout=timeout,
         stream=not quiet,
     )
@@ -105,6 +113,12 @@ def trainer(
     results: Path = typer.Option(
         None, "--results", help="Trainer 0 appends one JSON line of metrics per partition."
     ),
+    checkpoint_dir: Path = typer.Option(
+        None, "--checkpoint-dir", help=f"Checkpoint folder (or {C.ENV_TRAIN_CHECKPOINT})."
+    ),
+    checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
+    checkpoint_minutes: float = typer.Option(None, "--checkpoint-minutes", help="Or minutes."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
 ) -> None:
     """Run one trainer: train every partition; trainer 0 evaluates and exports."""
     from elasticctr.train import config, roles
@@ -116,7 +130,18 @@ def trainer(
         else None
     )
     wait = float(os.environ.get(C.ENV_PSERVER_WAIT_SECONDS, C.DEFAULT_PSERVER_WAIT_SECONDS))
-    opts = roles.TrainerOptions(synthetic=synthetic, pserver_wait=wait, results=results)
+    ckpt = checkpoint_dir or (
+        Path(os.environ[C.ENV_TRAIN_CHECKPOINT]) if os.environ.get(C.ENV_TRAIN_CHECKPOINT) else None
+    )
+    opts = roles.TrainerOptions(
+        synthetic=synthetic,
+        pserver_wait=wait,
+        results=results,
+        checkpoint_dir=ckpt,
+        checkpoint_every=checkpoint_every,
+        checkpoint_minutes=checkpoint_minutes,
+        resume=resume,
+    )
     roles.main_trainer(cfg, opts)
 
 

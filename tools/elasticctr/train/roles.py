@@ -280,6 +280,43 @@ class TrainerOptions:
     pserver_wait: float = C.DEFAULT_PSERVER_WAIT_SECONDS
     log_every: int = 50
     results: Path | None = None  # trainer 0 appends one JSON line per exported partition
+    checkpoint_dir: Path | None = None  # where trainer 0 keeps the latest checkpoint
+    checkpoint_every: int = 1  # partitions between checkpoints ...
+    checkpoint_minutes: float | None = None  # ... or minutes since the last one
+    resume: bool = False  # load the checkpoint and skip the partitions it covers
+
+
+CHECKPOINT_PROGRESS = "progress.json"
+
+
+def read_checkpoint(checkpoint_dir: Path) -> dict | None:
+    """The latest complete checkpoint's progress ({"version", "index", ...}) or None."""
+    import json
+
+    path = Path(checkpoint_dir) / "ps" / CHECKPOINT_PROGRESS
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise EctlError(f"checkpoint progress {path} is unreadable: {exc}") from None
+
+
+def write_checkpoint(checkpoint_dir: Path, dump_ps: Path, progress: dict) -> None:
+    """Replace the checkpoint with this PS dump + progress; the swap is two renames."""
+    import json
+
+    checkpoint_dir = Path(checkpoint_dir)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    fresh, current, old = (checkpoint_dir / n for n in ("ps.new", "ps", "ps.old"))
+    for stale in (fresh, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.copytree(dump_ps, fresh)
+    (fresh / CHECKPOINT_PROGRESS).write_text(json.dumps(progress, indent=2) + "\n")
+    if current.exists():
+        current.rename(old)
+    fresh.rename(current)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _dense_puller():
@@ -400,8 +437,12 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
     tracker = _Tracker(cfg, renv) if is_chief else None
     last: dict = {}
+    resume_after = _maybe_resume(opts)
+    since_checkpoint, checkpoint_at = 0, time.monotonic()
     try:
         for part in plan_partitions(cfg, opts.synthetic):
+            if resume_after is not None and part.version_id <= resume_after:
+                continue
             heldout, n, losses, t0 = [], 0, [], time.monotonic()
             train_labels, train_probs = [], []
             for i, batch in enumerate(partition_batches(cfg, part, renv, opts.synthetic)):
@@ -455,6 +496,24 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
 
                 with open(opts.results, "a") as fh:
                     fh.write(json.dumps({"version": part.version_id, **last}) + "\n")
+            since_checkpoint += 1
+            due_minutes = opts.checkpoint_minutes is not None and (
+                time.monotonic() - checkpoint_at >= opts.checkpoint_minutes * 60
+            )
+            if opts.checkpoint_dir and (since_checkpoint >= opts.checkpoint_every or due_minutes):
+                write_checkpoint(
+                    opts.checkpoint_dir,
+                    dump_dir / "ps",
+                    {
+                        "version": part.version_id,
+                        "index": part.index,
+                        "model": cfg.model.name,
+                        "table_dim": cfg.model.table_dim,
+                        "slots": list(cfg.slots),
+                    },
+                )
+                since_checkpoint, checkpoint_at = 0, time.monotonic()
+                log(f"{part.version_id}: checkpoint written to {opts.checkpoint_dir}")
             if not os.environ.get("ECTL_TRAIN_KEEP_STAGING"):
                 shutil.rmtree(dump_dir, ignore_errors=True)
     finally:
@@ -464,6 +523,26 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     fleet.stop_worker()
     log("trainer done")
     return last
+
+
+def _maybe_resume(opts: TrainerOptions) -> str | None:
+    """With --resume: load the checkpoint into the pservers (collective); return the last
+    partition it covers, or None to start from the beginning."""
+    if not opts.resume:
+        return None
+    if not opts.checkpoint_dir:
+        raise EctlError("--resume needs a checkpoint folder (--checkpoint-dir)")
+    progress = read_checkpoint(opts.checkpoint_dir)
+    if progress is None:
+        log(f"no checkpoint in {opts.checkpoint_dir}: starting from the first partition")
+        return None
+    import paddle.distributed.fleet as fleet
+
+    t0 = time.monotonic()
+    fleet.load_model(str(Path(opts.checkpoint_dir) / "ps"), mode=0)
+    _dense_puller()()
+    log(f"resumed from checkpoint {progress['version']} in {time.monotonic() - t0:.1f}s")
+    return str(progress["version"])
 
 
 def _export_partition(
