@@ -58,6 +58,14 @@ def serve(
     poll_interval: float = typer.Option(
         2.0, min=0, help="Seconds between checks for a newly committed version (0: never)."
     ),
+    mlflow_tracking_uri: str | None = typer.Option(
+        None,
+        envvar="MLFLOW_TRACKING_URI",
+        help="Log every version served as an MLflow pyfunc model (once per version).",
+    ),  # fmt: skip
+    mlflow_model_name: str | None = typer.Option(
+        None, help="Also register those models under this name in the MLflow registry."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning, error."),
 ) -> None:
     """Run the prediction API: cube lookups + dense model, dynamic batching.
@@ -89,6 +97,8 @@ def serve(
         max_queue_samples=max_queue_samples,
         max_inflight_batches=max_inflight_batches,
         poll_interval=poll_interval,
+        mlflow_tracking_uri=mlflow_tracking_uri,
+        mlflow_model_name=mlflow_model_name,
         limits=Limits(max_request_samples, max_body_bytes, max_request_features),
     )
     if cfg.version:

@@ -20,6 +20,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ class ServeConfig:
     max_inflight_batches: int = 2
     poll_interval: float = 2.0
     cube_timeout: float = 5.0
+    mlflow_tracking_uri: str | None = None  # log each version served as a pyfunc model
+    mlflow_model_name: str | None = None  # ... and register it under this name
     limits: Limits = field(default_factory=Limits)
 
 
@@ -275,7 +278,35 @@ class VersionManager:
             self.metrics.version.clear()
             self.metrics.version.labels(version).set(1)
             log.info("serving version %s (was %s)", version, prev)
+            if self.cfg.mlflow_tracking_uri:
+                asyncio.get_running_loop().create_task(self._log_mlflow(version))
             return prev, True
+
+    async def _log_mlflow(self, version: str) -> None:
+        """Log the version as an MLflow pyfunc in a low-priority child process (once)."""
+        import sys
+
+        args = [sys.executable, "-m", "elasticctr.serving.pyfunc", self.cfg.store, version,
+                "--tracking-uri", self.cfg.mlflow_tracking_uri, "--skip-existing",
+                "--cache", str(self.cfg.cache / "mlflow")]  # fmt: skip
+        if self.cfg.mlflow_model_name:
+            args += ["--register", self.cfg.mlflow_model_name]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                preexec_fn=lambda: os.nice(10),
+            )
+            out, _ = await proc.communicate()
+        except OSError as exc:
+            log.error("MLflow logging of %s failed to start: %s", version, exc)
+            return
+        if proc.returncode:
+            tail = out.decode(errors="replace").strip().splitlines()[-3:]
+            log.error("MLflow logging of %s failed: %s", version, " | ".join(tail))
+        else:
+            log.info("version %s in MLflow: %s", version, out.decode().strip().splitlines()[-1])
 
     async def wanted(self) -> str | None:
         """The version serving should be on: cube's committed one, else the store's newest."""

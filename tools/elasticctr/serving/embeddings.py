@@ -16,6 +16,14 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from elasticctr.cube.format import shard_of
+from elasticctr.cube.protocol import (
+    CONTENT_TYPE,
+    LOOKUP_PATH,
+    VERSION_HEADER,
+    decode_response,
+    encode_keys,
+)
 from elasticctr.errors import EctlError
 from elasticctr.serving.model import LocalTable
 
@@ -123,15 +131,6 @@ class CubeEmbeddings:
 
     async def lookup(self, keys: np.ndarray, version: str, dim: int) -> np.ndarray:
         """float32 [len(keys), dim]: rows of `keys` in `version` (zeros for unknown keys)."""
-        from elasticctr.cube.format import shard_of
-        from elasticctr.cube.protocol import (
-            CONTENT_TYPE,
-            LOOKUP_PATH,
-            VERSION_HEADER,
-            decode_response,
-            encode_keys,
-        )
-
         n = len(self.shards)
         owner = shard_of(keys, n) if n > 1 else np.zeros(keys.size, np.int64)
         groups = [np.flatnonzero(owner == i) for i in range(n)]

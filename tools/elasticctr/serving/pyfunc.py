@@ -84,7 +84,6 @@ def log_version(
         mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=f"version {version}") as run:
-        mlflow.set_tag("elasticctr.version", version)
         mlflow.pyfunc.log_model(
             name="model",
             python_model=CTRModel(),
@@ -92,7 +91,21 @@ def log_version(
             pip_requirements=["elasticctr", "paddlepaddle==3.0.0", "numpy", "pandas"],
             registered_model_name=registered_model_name,
         )
+        # tagged last: `already_logged` finds only complete (and registered) models
+        mlflow.set_tag("elasticctr.version", version)
         return f"runs:/{run.info.run_id}/model"
+
+
+def already_logged(version: str, tracking_uri: str | None, experiment: str) -> str | None:
+    """URI of a model already logged for `version` in `experiment`, else None."""
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs(
+        [exp.experiment_id], f"tags.`elasticctr.version` = '{version}'", max_results=1
+    )
+    return f"runs:/{runs[0].info.run_id}/model" if runs else None
 
 
 def main() -> None:
@@ -105,7 +118,13 @@ def main() -> None:
     ap.add_argument("--experiment", default="elasticctr-serving")
     ap.add_argument("--register", help="also register it under this model name")
     ap.add_argument("--cache", type=Path, default=Path(".elasticctr/serving-cache"))
+    ap.add_argument("--skip-existing", action="store_true", help="no-op if already logged")
     args = ap.parse_args()
+    if args.skip_existing:
+        found = already_logged(args.version, args.tracking_uri, args.experiment)
+        if found:
+            print(found)
+            return
     vdir = store.fetch(args.store, args.version, args.cache, dense_only=False)
     print(log_version(vdir, args.version, tracking_uri=args.tracking_uri,
                       experiment=args.experiment, registered_model_name=args.register))  # fmt: skip
