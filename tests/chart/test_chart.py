@@ -65,7 +65,8 @@ def test_template_passes_kubeconform_strict(kubeconform_reports, values_file, ku
     problems = [r for r in resources if r["status"] != "statusValid"]
     assert not problems, problems
     assert sorted(r["kind"] for r in resources) == sorted(kinds)
-    assert "Job" in kinds  # every shipped set trains
+    trains = chart_values.effective_values(chart_values.load_files([values_file]), CHART)
+    assert ("Job" in kinds) == trains["trainer"]["enabled"]
 
 
 def test_kubeconform_rejects_what_the_api_server_would(helm, kubeconform, kube_schema_locations):
