@@ -21,7 +21,7 @@ FILES = values_files()
 
 @pytest.mark.parametrize("values_file", [None, *FILES], ids=lambda p: p.name if p else "defaults")
 def test_helm_lint_strict(helm, values_file):
-    args = [helm, "lint", "--strict", str(CHART)]
+    args = [helm, "lint", "--strict", "--kube-version", "1.34", str(CHART)]
     if values_file:
         args += ["-f", str(values_file)]
     result = run(args)
@@ -123,7 +123,7 @@ def test_schema_rejects_bad_values(helm, tmp_path):
     values = tmp_path / "bad.yaml"
     values.write_text(yaml.safe_dump(combined))
     rendered = render(helm, "-f", str(values))
-    lint = run([helm, "lint", "--strict", str(CHART), "-f", str(values)])
+    lint = run([helm, "lint", "--strict", "--kube-version", "1.34", str(CHART), "-f", str(values)])
     assert rendered.returncode != 0 and lint.returncode != 0
     for _, message in BAD_VALUES:
         assert message in rendered.stderr, (message, rendered.stderr)
