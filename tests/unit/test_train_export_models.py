@@ -127,6 +127,17 @@ def test_sparse_dump_is_parsed_for_every_rule(tmp_path: Path, rule: str) -> None
 
 
 @pytest.mark.fast
+def test_one_wide_table_dump_keeps_its_embedx_state_columns(tmp_path: Path) -> None:
+    """lr's 1-wide rows: adam writes 5 + 5 (embed) + 2 (empty embedx's beta powers)."""
+    table = tmp_path / "000"
+    table.mkdir()
+    (table / "part-000-00000").write_text(_dump_line(9, 0.75, [], "adam") + "\n")
+    assert len(_dump_line(9, 0.75, [], "adam").split()) == 1 + 12
+    keys, values = export.read_sparse_dump(table, table_dim=1)
+    assert keys.tolist() == [9] and values.tolist() == [[0.75]]
+
+
+@pytest.mark.fast
 def test_unrecognised_dump_width_is_an_error(tmp_path: Path) -> None:
     table = tmp_path / "000"
     table.mkdir()

@@ -72,7 +72,7 @@ def row_layout(fields_after_key: int, table_dim: int) -> tuple[int, int]:
     """
     for rule in ("adam", "naive", "adagrad"):
         embed = _rule_width(1, rule)
-        embedx = _rule_width(table_dim - 1, rule) if table_dim > 1 else 0
+        embedx = _rule_width(table_dim - 1, rule)  # a 1-wide table still has embedx state
         if 5 + embed + embedx == fields_after_key:
             return 5, 5 + embed
     raise EctlError(

@@ -550,8 +550,7 @@ def _export_partition(
 ) -> dict:
     t0 = time.monotonic()
     keys, values = export.read_sparse_dump(dump_dir / "ps" / "000", cfg.model.table_dim)
-    if cfg.sparse_dim:
-        pass  # feasigns were reduced modulo SPARSE_DIM by the parser: keys already are.
+    # Keys are the feasigns as trained: already reduced modulo SPARSE_DIM by the parser.
     local = dump_dir / "version"
     meta = {
         "model": {"name": cfg.model.name, "params": cfg.model.params},
