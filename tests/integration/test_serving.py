@@ -251,7 +251,8 @@ def test_corrupt_or_missing_version_is_rejected_and_previous_keeps_serving(serve
     r = httpx.post(server.url + "/admin/version", json={"version": V3}, timeout=60)
     assert r.status_code == 422, r.text
     err = r.json()["error"]
-    assert "dense/model.pdiparams: sha256 differs" in " ".join(err.get("problems", []))
+    text = err["message"] + " ".join(err.get("problems", []))
+    assert "dense/model.pdiparams: sha256 differs" in text, err
     r = httpx.post(server.url + "/admin/version", json={"version": "20990101/00"}, timeout=60)
     assert r.status_code == 422 and "no" in r.json()["error"]["message"]
     r = httpx.post(server.url + "/admin/version", json={"version": "yesterday"})

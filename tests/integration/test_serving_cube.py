@@ -43,7 +43,17 @@ def setup(tmp_path_factory):
             ))  # fmt: skip
             wait_for_port("127.0.0.1", port, timeout=60, what=f"cube shard {shard}")
             urls.append(f"http://127.0.0.1:{port}")
-        yield {"store": store, "root": tmp / "root", "urls": urls, "demo": demo, "tmp": tmp}
+        # serving reads the store over HTTP from the fileserver (remote fetch of dense/)
+        fs_port = free_port()
+        log = open(tmp / "fileserver.log", "wb")
+        procs.append(subprocess.Popen(
+            [*ECTL, "fileserver", "--root", str(store), "--port", str(fs_port),
+             "--allow-anonymous-writes"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        ))  # fmt: skip
+        wait_for_port("127.0.0.1", fs_port, timeout=60, what="fileserver")
+        yield {"store": store, "root": tmp / "root", "urls": urls, "demo": demo, "tmp": tmp,
+               "store_url": f"http://127.0.0.1:{fs_port}"}  # fmt: skip
     finally:
         for p in procs:
             if p.poll() is None:
@@ -67,7 +77,7 @@ def test_cube_backed_serving_follows_transfer_and_never_mixes(setup):
     want = {V1: expected(setup["store"], V1, data), V2: expected(setup["store"], V2, data)}
     transfer(setup, V1)
     proc = ServeProc(
-        ["--store", str(setup["store"]), "--cube", ",".join(setup["urls"]),
+        ["--store", setup["store_url"], "--cube", ",".join(setup["urls"]),
          "--poll-interval", "0.5", "--cache", str(setup["tmp"] / "cache")],
         setup["tmp"] / "serve.log",
     )  # fmt: skip
@@ -75,6 +85,8 @@ def test_cube_backed_serving_follows_transfer_and_never_mixes(setup):
         proc.wait_ready()
         info = httpx.get(proc.url + "/v1/version").json()
         assert info["version"] == V1 and info["embeddings"] == "cube"
+        cached = setup["tmp"] / "cache" / V1
+        assert (cached / "dense").is_dir() and not (cached / "sparse").exists()
         r = httpx.post(proc.url + "/v1/predict", content=data,
                        headers={"Content-Type": "text/plain"})  # fmt: skip
         assert r.status_code == 200, r.text

@@ -3,6 +3,11 @@
 Layout and verification rule: docs/contracts.md ("Model store layout"). A version whose
 files are missing, truncated or differ from the manifest's sha256 is rejected with an
 EctlError; the caller keeps serving the version it has.
+
+A whole version is checked by the training export's own `verify_version`. With cube,
+serving needs only `dense/`: the sparse files are cube-transfer's (which verifies them),
+and hashing gigabytes of embeddings on a serving replica would only slow it down, so
+`verify_files(only="dense")` applies the same rules to that folder alone.
 """
 
 from __future__ import annotations
@@ -67,6 +72,11 @@ def verify_files(vdir: Path, manifest: dict[str, Any], only: str | None, where: 
             problems.append(f"{rel}: sha256 differs from the manifest")
     if only and not any(rel.startswith(only + "/") for rel in files):
         problems.append(f"{only}/: the manifest lists no files there")
+    if only and (vdir / only).is_dir():
+        for f in sorted((vdir / only).rglob("*")):
+            rel = f.relative_to(vdir).as_posix()
+            if f.is_file() and rel not in files:
+                problems.append(f"{rel}: not in the manifest")
     if problems:
         raise ValidationError(f"{where} failed verification", problems=problems)
 
@@ -85,8 +95,7 @@ def fetch(store: str, version: str, cache: Path, *, dense_only: bool) -> Path:
         vdir = local / VERSIONS_DIR / version
         if not (vdir / DONEFILE).is_file():
             raise EctlError(f"{where}: not in {store} (no {vdir / DONEFILE})")
-        manifest = _read_json(vdir / MANIFEST, where)
-        verify_files(vdir, manifest, only, where)
+        _verify(vdir, only, where)
         return vdir
     import fsspec
 
@@ -108,7 +117,7 @@ def fetch(store: str, version: str, cache: Path, *, dense_only: bool) -> Path:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(f"{root}/{rel}", str(tmp / rel))
         (tmp / DONEFILE).write_bytes(b"")
-        verify_files(tmp, manifest, only, where)
+        _verify(tmp, only, where)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)
@@ -118,6 +127,15 @@ def fetch(store: str, version: str, cache: Path, *, dense_only: bool) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def _verify(vdir: Path, only: str | None, where: str) -> None:
+    if only is None:
+        from elasticctr.train.export import verify_version
+
+        verify_version(vdir)
+    else:
+        verify_files(vdir, _read_json(vdir / MANIFEST, where), only, where)
 
 
 def _read_json(path: Path, where: str) -> dict[str, Any]:
