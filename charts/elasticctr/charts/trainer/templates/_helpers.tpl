@@ -64,7 +64,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.staging.existingClaim | default (printf "%s-staging" (include "trainer.fullname" .)) -}}
 {{- end -}}
 
-{{/* ElasticCTR data.config: shell-style env file. */}}
+{{/* ElasticCTR data.config: shell-style env file (HDFS_UGI comes from a Secret instead). */}}
 {{- define "trainer.dataConfig" -}}
 {{- $d := .Values.global.data -}}
 HDFS_ADDRESS={{ $d.hdfsAddress | quote }}
@@ -72,9 +72,6 @@ START_DATE_HR={{ $d.startDateHour | quote }}
 END_DATE_HR={{ $d.endDateHour | quote }}
 DATASET_PATH={{ include "trainer.dataPath" . | quote }}
 SPARSE_DIM={{ $d.sparseDim }}
-{{- with $d.hdfsUgi }}
-HDFS_UGI={{ . | quote }}
-{{- end }}
 {{- end -}}
 
 {{/* The effective values every role reads with `ectl ... -f`: the umbrella's global section
@@ -94,10 +91,22 @@ with defaults resolved, plus this chart's section under `trainer`. */}}
 
 {{/* The config Secret's data (its hash is the pods' checksum/config annotation). */}}
 {{- define "trainer.configData" -}}
+{{ include "trainer.secretData" . }}
+{{ include "trainer.dataFiles" . }}
+{{- end -}}
+
+{{/* Secret: the values file the roles read (it carries global.data.hdfsUgi) and HDFS_UGI. */}}
+{{- define "trainer.secretData" -}}
 # What `ectl train pserver|trainer -f` and `ectl coordinator -f` read.
 values.yaml: |
   {{- include "trainer.runtimeValues" . | nindent 2 }}
-# ElasticCTR's own inputs, for users and tools that read them directly.
+{{- with .Values.global.data.hdfsUgi }}
+hdfsUgi: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* ConfigMap: ElasticCTR's own inputs (no credentials), for users and tools that read them. */}}
+{{- define "trainer.dataFiles" -}}
 data.config: |
   {{- include "trainer.dataConfig" . | nindent 2 }}
 slot.conf: |

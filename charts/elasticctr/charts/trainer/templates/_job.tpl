@@ -119,6 +119,12 @@ spec:
             secretKeyRef:
               name: {{ $v.hdfs.existingSecret }}
               key: {{ $v.hdfs.existingSecretKey }}
+        {{- else if $v.global.data.hdfsUgi }}
+        - name: HDFS_UGI
+          valueFrom:
+            secretKeyRef:
+              name: {{ include "trainer.fullname" $ctx }}-config
+              key: hdfsUgi
         {{- end }}
         - name: ELASTICCTR_FILESERVER_TOKEN
           valueFrom:
@@ -163,6 +169,9 @@ spec:
         - name: config
           mountPath: /etc/elasticctr
           readOnly: true
+        - name: data-config
+          mountPath: /etc/elasticctr-data
+          readOnly: true
         - name: tmp
           mountPath: /tmp
         - name: work
@@ -175,6 +184,11 @@ spec:
     - name: config
       secret:
         secretName: {{ include "trainer.fullname" $ctx }}-config
+        items:
+          - {key: values.yaml, path: values.yaml}
+    - name: data-config
+      configMap:
+        name: {{ include "trainer.fullname" $ctx }}-data
     - name: tmp
       emptyDir: {}
     - name: work
