@@ -1,0 +1,311 @@
+"""`ectl quickstart`: the whole system on this machine from the demo values.
+
+Generates hourly demo data, starts every service as a local process (fileserver, MLflow,
+cube shards, cube-transfer, serving), trains hour by hour with real Paddle parameter
+servers, waits until cube and serving carry the newest version, predicts the held-out
+hour and reports what the user should look at.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from elasticctr.data import storage
+from elasticctr.data.generate import GeneratorSpec, generate
+from elasticctr.errors import EctlError
+from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
+from elasticctr.local.supervisor import Supervisor
+from elasticctr.train.export import version_path
+
+
+@dataclass
+class QuickstartOptions:
+    workdir: Path
+    values: dict[str, Any]
+    hours: int = 4
+    lines_per_hour: int = 40_000
+    slots: int = 16
+    vocab: int = 5_000
+    pservers: int = 1
+    trainers: int = 2
+    shards: int = 2
+    seed: int = 0
+    keep_running: bool = False
+    timeout: float = 900.0
+
+
+@dataclass
+class QuickstartReport:
+    versions: list[str]
+    served_version: str
+    heldout: str
+    auc: float
+    logloss: float
+    oracle_auc: float
+    samples: int
+    train_seconds: float
+    samples_per_second: float
+    latency_ms_p50: float
+    latency_ms_p99: float
+    mlflow_run: str
+    mlflow_metrics: dict[str, float]
+    endpoints: dict[str, Any]
+    wall_seconds: float
+    logs: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartReport:
+    started = time.monotonic()
+    stack = LocalStack.create(opts.workdir, opts.shards, fresh=True)
+    ep = stack.endpoints
+    data_root = stack.workdir / "data"
+    with Supervisor(stack.logs, grace=10.0, echo=console.log) as sup:
+        services = {c.name: c for c in stack.services()}
+        # MLflow takes the longest to start: let it migrate its database meanwhile.
+        sup.start(services.pop("mlflow"))
+        sup.start(services.pop("fileserver"))
+
+        result = _generate(opts, data_root, console)
+        for comp in services.values():
+            sup.start(comp)
+        with console.status("starting services (fileserver, mlflow, cube, serving) ..."):
+            for name in ("fileserver", *(f"cube-{i}" for i in range(opts.shards)), "serving"):
+                sup.wait_ready(name, timeout=120)
+            wait_http_ok(
+                f"{ep.mlflow}/health", timeout=180, what="mlflow",
+                alive=lambda: "mlflow" in sup.running(),
+            )  # fmt: skip
+        console.log(f"services up: serving {ep.serving}, MLflow {ep.mlflow}")
+
+        train_hours = result.hours[:-1]
+        values = stack.values_for_roles(opts.values)
+        data = values["global"].setdefault("data", {})
+        data.update(
+            {
+                "path": str(data_root),
+                "startDateHour": train_hours[0],
+                "endDateHour": train_hours[-1],
+                "slots": list(range(opts.slots)),
+            }
+        )
+        data.pop("sparseDim", None)  # generated feasigns are already in range
+        values_file = stack.write_values(values)
+        stack.write_state(sup, {"values": str(values_file)})
+
+        train_seconds = _train(opts, values_file, stack, console, sup)
+        newest = train_hours[-1]
+        served = _wait_served(ep.serving, newest, console, sup, timeout=180)
+        auc, logloss, p50, p99, n = _predict_heldout(ep.serving, data_root, result.heldout)
+        manifest = json.loads((stack.store / version_path(newest) / "manifest.json").read_text())
+        run_id, metrics = _mlflow_summary(ep.mlflow)
+        report = QuickstartReport(
+            versions=_versions(stack.store),
+            served_version=served,
+            heldout=result.heldout,
+            auc=auc,
+            logloss=logloss,
+            oracle_auc=result.oracle_auc,
+            samples=int(sum(_manifest_samples(stack.store, v) for v in train_hours)),
+            train_seconds=train_seconds,
+            samples_per_second=float(manifest.get("metrics", {}).get("samples_per_sec", 0.0)),
+            latency_ms_p50=p50,
+            latency_ms_p99=p99,
+            mlflow_run=run_id,
+            mlflow_metrics=metrics,
+            endpoints={"serving": ep.serving, "mlflow": ep.mlflow, "fileserver": ep.fileserver},
+            wall_seconds=time.monotonic() - started,
+            logs=str(stack.logs),
+        )
+        (stack.workdir / "quickstart.json").write_text(json.dumps(report.as_dict(), indent=2))
+        print_report(report, n, console)
+        if opts.keep_running:
+            stack.write_state(sup, {"values": str(values_file)})
+            console.print("[bold]running; press Ctrl-C to stop everything[/bold]")
+            try:
+                while True:
+                    for name, code in sup.poll():
+                        console.log(f"{name} stopped with exit code {code}")
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                console.print("stopping ...")
+    (stack.workdir / STATE_FILE).unlink(missing_ok=True)  # nothing runs any more
+    return report
+
+
+def _generate(opts: QuickstartOptions, root: Path, console: Console):
+    spec = GeneratorSpec(slots=list(range(opts.slots)), seed=opts.seed, vocab=opts.vocab)
+    total = opts.hours * opts.lines_per_hour
+    with _progress(console) as progress:
+        task = progress.add_task("generating demo data", total=total)
+        result = generate(
+            str(root),
+            spec,
+            start=dt.datetime(2020, 4, 1),
+            hours=opts.hours,
+            lines_per_hour=opts.lines_per_hour,
+            progress=lambda n: progress.advance(task, n),
+        )
+    console.log(
+        f"demo data: {result.lines:,} lines in {len(result.hours)} hours "
+        f"(oracle AUC {result.oracle_auc:.4f} on held-out {result.heldout})"
+    )
+    return result
+
+
+def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup) -> float:
+    from elasticctr.train.launcher import launch
+
+    hours = opts.hours - 1
+    started = time.monotonic()
+    with _progress(console) as progress:
+        task = progress.add_task("training hour by hour (Paddle PS)", total=hours)
+
+        def echo(msg: str) -> None:
+            progress.update(task, completed=len(_versions(stack.store)))
+            if not msg.startswith("["):  # the launcher's own lines, not role log lines
+                console.log(msg)
+            for name, code in sup.poll():  # keep services restarting while we train
+                console.log(f"{name} exited with code {code}")
+
+        launch(
+            values_file,
+            pservers=opts.pservers,
+            trainers=opts.trainers,
+            log_dir=stack.logs / "train",
+            timeout=opts.timeout,
+            echo=echo,
+            stream=True,
+        )
+        progress.update(task, completed=len(_versions(stack.store)))
+    seconds = time.monotonic() - started
+    console.log(
+        f"training finished in {seconds:.0f}s: versions {', '.join(_versions(stack.store))}"
+    )
+    return seconds
+
+
+def _versions(store: Path) -> list[str]:
+    root = store / "versions"
+    if not root.is_dir():
+        return []
+    return sorted(
+        f"{day.name}/{hour.name}"
+        for day in root.iterdir()
+        if day.is_dir()
+        for hour in day.iterdir()
+        if (hour / "donefile").exists()
+    )
+
+
+def _manifest_samples(store: Path, version: str) -> float:
+    manifest = json.loads((store / version_path(version) / "manifest.json").read_text())
+    return float(manifest.get("metrics", {}).get("samples", 0))
+
+
+def _wait_served(url: str, version: str, console: Console, sup, timeout: float) -> str:
+    from elasticctr.serving.client import ServingClient
+
+    client = ServingClient(url)
+    deadline = time.monotonic() + timeout
+    current = ""
+    with console.status(f"waiting for cube and serving to switch to {version} ..."):
+        while time.monotonic() < deadline:
+            sup.poll()
+            try:
+                current = client.version().get("version") or ""
+            except EctlError:
+                current = ""
+            if current == version:
+                return current
+            time.sleep(0.5)
+    raise EctlError(
+        f"serving still answers with version {current or 'none'} {timeout:.0f}s after "
+        f"training exported {version}",
+        hint="see the cube-transfer and serving logs",
+    )
+
+
+def _predict_heldout(url: str, data_root: Path, heldout: str):
+    """AUC/logloss on the held-out hour (batches of 500) and single-sample latency."""
+    from elasticctr.data import partitions
+    from elasticctr.serving.client import ServingClient
+
+    client = ServingClient(url)
+    files = partitions.data_files(partitions.partition(str(data_root), heldout))
+    data = b"".join(storage.read_bytes(f) for f in files)
+    result = client.predict_file(data, source=heldout, chunk=500)
+    lines = [ln for ln in data.split(b"\n") if ln.strip()][:300]
+    latencies = []
+    for line in lines:
+        t0 = time.perf_counter()
+        client.predict_lines(line + b"\n")
+        latencies.append((time.perf_counter() - t0) * 1000)
+    client.close()
+    p50, p99 = np.percentile(latencies, [50, 99])
+    return result.auc, result.logloss, float(p50), float(p99), len(result.probabilities)
+
+
+def _mlflow_summary(tracking_uri: str) -> tuple[str, dict[str, float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        raise EctlError(f"MLflow at {tracking_uri} has no training run")
+    run = runs[0]
+    return run.info.run_id, dict(run.data.metrics)
+
+
+def print_report(report: QuickstartReport, predicted: int, console: Console) -> None:
+    table = Table(title="ElasticCTR quickstart", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("model versions", ", ".join(report.versions))
+    table.add_row("served version", report.served_version)
+    table.add_row(
+        f"held-out AUC ({report.heldout}, {predicted:,} samples)",
+        f"{report.auc:.4f} (oracle {report.oracle_auc:.4f}); logloss {report.logloss:.4f}",
+    )
+    table.add_row(
+        "training",
+        f"{report.samples:,} samples in {report.train_seconds:.0f}s; "
+        f"trainer 0 at {report.samples_per_second:,.0f} samples/s",
+    )
+    table.add_row(
+        "prediction latency (1 sample)",
+        f"p50 {report.latency_ms_p50:.1f} ms, p99 {report.latency_ms_p99:.1f} ms",
+    )
+    table.add_row("MLflow run", f"{report.mlflow_run} ({len(report.mlflow_metrics)} metrics)")
+    table.add_row("MLflow UI", report.endpoints["mlflow"])
+    table.add_row("serving", f"{report.endpoints['serving']}/v1/predict")
+    table.add_row("logs", report.logs)
+    table.add_row("wall time", f"{report.wall_seconds:.0f}s")
+    console.print(table)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )

@@ -1,0 +1,228 @@
+"""The whole system as local processes: the same entry points the images run, wired
+together on loopback from one values file (docs/local.md).
+
+Services (long-running): fileserver, MLflow tracking server, N cube shards,
+cube-transfer, serving. Training (pservers + trainers) runs as a job beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elasticctr import constants as C
+from elasticctr.errors import EctlError
+from elasticctr.local.supervisor import Component, RestartPolicy, Supervisor, python_entry
+from elasticctr.net import free_port
+
+LOOPBACK = "127.0.0.1"
+STATE_FILE = "local.json"
+"""Written into the work folder while a local deployment runs (ports, pids, URLs)."""
+
+
+@dataclass
+class Endpoints:
+    fileserver: str
+    mlflow: str
+    serving: str
+    cube: list[str]
+
+    @classmethod
+    def allocate(cls, shards: int) -> Endpoints:
+        return cls(
+            fileserver=f"http://{LOOPBACK}:{free_port()}",
+            mlflow=f"http://{LOOPBACK}:{free_port()}",
+            serving=f"http://{LOOPBACK}:{free_port()}",
+            cube=[f"http://{LOOPBACK}:{free_port()}" for _ in range(shards)],
+        )
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+@dataclass
+class LocalStack:
+    """Folders and endpoints of one local deployment under `workdir`."""
+
+    workdir: Path
+    shards: int
+    endpoints: Endpoints
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Path:
+        return self.workdir / "store"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @classmethod
+    def create(cls, workdir: Path, shards: int, *, fresh: bool) -> LocalStack:
+        workdir = Path(workdir).resolve()
+        if fresh and workdir.exists():
+            shutil.rmtree(workdir)
+        for sub in ("store", "logs", "cube", "mlflow"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        tokens = {name: secrets.token_hex(16) for name in ("fileserver", "cube")}
+        return cls(workdir, shards, Endpoints.allocate(shards), tokens)
+
+    # -- the values the roles read -----------------------------------------------------
+    def values_for_roles(self, user: dict[str, Any]) -> dict[str, Any]:
+        """The user's values with the local endpoints filled in (model store on disk,
+        the local MLflow server)."""
+        values = json.loads(json.dumps(user))  # deep copy, plain types
+        glob = values.setdefault("global", {})
+        glob["modelStore"] = str(self.store)
+        glob.setdefault("mlflow", {})["trackingUri"] = self.endpoints.mlflow
+        return values
+
+    def write_values(self, values: dict[str, Any]) -> Path:
+        path = self.workdir / "values.local.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=False))
+        return path
+
+    # -- services ----------------------------------------------------------------------
+    def services(self, *, transfer_interval: float = 2.0) -> list[Component]:
+        env = {
+            C.ENV_FILESERVER_TOKEN: self.tokens["fileserver"],
+            C.ENV_CUBE_ADMIN_TOKEN: self.tokens["cube"],
+        }
+        ep = self.endpoints
+        comps = [
+            Component(
+                "fileserver",
+                python_entry(
+                    "fileserver", "--root", str(self.store), "--port", str(_port(ep.fileserver))
+                ),
+                env=env,
+                ready_port=(LOOPBACK, _port(ep.fileserver)),
+                restart=RestartPolicy.ON_FAILURE,
+            ),
+            Component(
+                "mlflow",
+                [
+                    str(Path(sys.executable).with_name("mlflow")),
+                    "server",
+                    "--backend-store-uri",
+                    f"sqlite:///{self.workdir / 'mlflow' / 'mlflow.db'}",
+                    "--artifacts-destination",
+                    str(self.workdir / "mlflow" / "artifacts"),
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(_port(ep.mlflow)),
+                    "--workers",
+                    "1",
+                ],
+                ready_port=(LOOPBACK, _port(ep.mlflow)),
+                restart=RestartPolicy.ON_FAILURE,
+            ),
+        ]
+        for i, url in enumerate(ep.cube):
+            comps.append(
+                Component(
+                    f"cube-{i}",
+                    python_entry(
+                        "cube", "server",
+                        "--cube-root", str(self.workdir / "cube"),
+                        "--state-dir", str(self.workdir / f"cube-state-{i}"),
+                        "--shard", str(i),
+                        "--num-shards", str(self.shards),
+                        "--port", str(_port(url)),
+                    ),
+                    env=env,
+                    ready_port=(LOOPBACK, _port(url)),
+                    restart=RestartPolicy.ON_FAILURE,
+                )
+            )  # fmt: skip
+        comps.append(
+            Component(
+                "serving",
+                python_entry(
+                    "serve",
+                    "--store", str(self.store),
+                    "--cube", ",".join(ep.cube),
+                    "--port", str(_port(ep.serving)),
+                    "--poll-interval", "2",
+                ),
+                env=env,
+                ready_port=(LOOPBACK, _port(ep.serving)),
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        )  # fmt: skip
+        transfer = [
+            "cube", "transfer",
+            "--model-store", str(self.store),
+            "--cube-root", str(self.workdir / "cube"),
+            "--interval", str(transfer_interval),
+            "--notify", f"{ep.serving}/admin/version",
+        ]  # fmt: skip
+        for url in ep.cube:
+            transfer += ["--shard-url", url]
+        comps.append(
+            Component(
+                "cube-transfer",
+                python_entry(*transfer),
+                env=env,
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        )
+        return comps
+
+    def write_state(self, supervisor: Supervisor, extra: dict[str, Any] | None = None) -> None:
+        state = {
+            "pid": os.getpid(),
+            "workdir": str(self.workdir),
+            "endpoints": asdict(self.endpoints),
+            "store": str(self.store),
+            "logs": str(self.logs),
+            "components": {name: supervisor.pid(name) for name in supervisor.running()},
+            "updated": time.time(),
+            **(extra or {}),
+        }
+        tmp = self.workdir / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.workdir / STATE_FILE)
+
+
+def read_state(workdir: Path) -> dict[str, Any]:
+    path = Path(workdir) / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise EctlError(
+            f"no local deployment in {workdir}", hint="start one with `ectl local up -f VALUES`"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise EctlError(
+            f"{path} is damaged ({exc}); run `ectl local down` and start again"
+        ) from exc
+
+
+def wait_http_ok(url: str, *, timeout: float, what: str, alive=None) -> None:
+    """Poll a GET endpoint until it answers 200 (e.g. MLflow's /health)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        if alive is not None and not alive():
+            raise EctlError(f"{what} exited before {url} answered")
+        time.sleep(0.5)
+    raise EctlError(f"{what} did not answer {url} within {timeout:.0f}s ({last})")
