@@ -66,6 +66,7 @@ def _register() -> None:
 _VERB_MODULES: list[str] = [
     "train",
     "fileserver",
+    "local",
     "data",
     "coordinator",
     "cube",
