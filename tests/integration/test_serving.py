@@ -279,3 +279,51 @@ def test_bearer_token(store, tmp_path):
         assert httpx.get(proc.url + "/healthz").status_code == 200  # probes stay open
     finally:
         proc.stop()
+
+
+def test_ectl_predict_prints_probabilities_auc_and_logloss(
+    server, store, demo, tmp_path, monkeypatch, capsys
+):
+    import subprocess
+    import sys
+
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    from elasticctr.data.parser import parse_bytes
+
+    cli = [sys.executable, "-m", "elasticctr.cli.main", "predict", "--url", server.url]
+    out = subprocess.run([*cli, str(demo), "--chunk", "30"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    probs = np.array([float(x) for x in out.stdout.split()])
+    current = httpx.get(server.url + "/v1/version").json()["version"]
+    np.testing.assert_allclose(probs, expected(store, current, demo.read_bytes()), atol=1e-6)
+    labels = parse_bytes(demo.read_bytes(), SLOTS)[0].click
+    summary = out.stderr.strip().splitlines()[-1]
+    assert f"samples=100 version={current}" in summary
+    assert f"auc={roc_auc_score(labels, probs):.6f}" in summary
+    assert f"logloss={log_loss(labels, probs):.6f}" in summary
+    # the same entry point in this process for the other cases (faster)
+    import io
+
+    from elasticctr.cli.main import run
+
+    def here(*args, stdin=b""):
+        monkeypatch.setattr(sys, "argv", ["ectl", "predict", "--url", server.url, *args])
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        code = 0
+        try:
+            run()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, " ".join(err.split())
+
+    code, out, err = here("-", "-q", stdin=demo.read_bytes())
+    assert code == 0 and out == "" and "samples=100" in err, err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 0 1:0\n1 0 1:0 x\n")
+    code, out, err = here(str(bad))  # reported with file:line, nothing sent
+    assert code == 2 and f"{bad}:2" in err and "nothing was sent" in err, err
+    code, out, err = here(str(demo), "--url", "http://127.0.0.1:1")
+    assert code == 1 and "cannot reach the prediction service" in err, err
