@@ -190,7 +190,7 @@ def _msg(body: bytes) -> str:
 
 
 class LocalEmbeddings:
-    """A version's sparse table in this process (no cube): `--embeddings local`."""
+    """A version's sparse table in this process (`ectl serve` without `--cube`)."""
 
     kind = "local"
 

@@ -188,7 +188,7 @@ class Scorer:
 class LocalTable:
     """Embeddings of a version held in memory (sorted keys + rows); zeros for unknown keys.
 
-    Serves the MLflow pyfunc and `ectl serve --embeddings local` (no cube).
+    Serves the MLflow pyfunc and `ectl serve` without `--cube`.
     """
 
     def __init__(self, keys: np.ndarray, values: np.ndarray):
