@@ -153,7 +153,15 @@ class Batcher:
                 503, "overloaded", f"{self.queued} samples already queued; retry shortly"
             )
         fut = asyncio.get_running_loop().create_future()
-        self.queue.append(_Item(sv, data, n, fut))
+        item = _Item(sv, data, n, fut)
+        if not self.queue and not self.slots.locked() and self.cfg.max_wait_ms == 0:
+            # Idle: run this request as its own batch right here, saving two event-loop
+            # hops (wake the batcher, start a task); requests arriving meanwhile queue up
+            # and the batcher takes them together.
+            await self.slots.acquire()
+            await self._run([item])
+            return fut.result()
+        self.queue.append(item)
         self.queued += n
         self.wakeup.set()
         return await fut
