@@ -104,6 +104,41 @@ hdfs_minicluster() {
 }
 hdfs_minicluster
 
+# Real-cluster tests (docs/cluster-tests.md): kube-apiserver built from the wrapper module
+# scripts/kube (k8s.io/kubernetes with every staging module pinned to its v0.X.Y), cached in
+# $CACHE/kube-apiserver-<version>-<hash of the wrapper>; etcd from Debian's etcd-server,
+# installed with apt when missing (CI machines start fresh; CI runs as root).
+kube_apiserver() {
+  local src="$ROOT/scripts/kube" version minor hash cached tmp
+  version=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "k8s.io/kubernetes" {print $2; exit}' \
+    "$src/go.mod")
+  [ -n "$version" ] || { echo "bootstrap-tools: no k8s.io/kubernetes in $src/go.mod" >&2; exit 1; }
+  minor=$(echo "$version" | cut -d. -f2)
+  hash=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+  cached="$CACHE/kube-apiserver-$version-$hash"
+  if [ ! -x "$cached" ]; then
+    echo "building kube-apiserver $version from Go modules (cold: ~8 min CPU, 22 min on a busy 2-core machine) ..." >&2
+    tmp=$(mktemp "$CACHE/.kube-apiserver.XXXXXX") # same filesystem: the mv below is atomic
+    (cd "$src" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -o "$tmp" -ldflags \
+      "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" .) \
+      || { rm -f "$tmp"; echo "bootstrap-tools: building kube-apiserver failed" >&2; exit 1; }
+    mv -f "$tmp" "$cached"
+  fi
+  ln -sf "$cached" "$BIN/kube-apiserver"
+  if [ ! -x /usr/bin/etcd ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing etcd (Debian etcd-server) ..." >&2
+      apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >&2 \
+        || { echo "bootstrap-tools: apt-get install etcd-server failed" >&2; exit 1; }
+    else
+      echo "bootstrap-tools: etcd is required for tests/cluster: apt-get install etcd-server" >&2
+      exit 1
+    fi
+  fi
+  ln -sf /usr/bin/etcd "$BIN/etcd"
+}
+kube_apiserver
+
 # shellcheck source=tools-env.sh
 source "$ROOT/scripts/tools-env.sh"
 fail=0
@@ -124,4 +159,6 @@ report kubeconform kubeconform -v
 report helm-unittest helm unittest --help
 report yamllint yamllint --version
 report hdfs-minicluster minihdfs --version
+report kube-apiserver kube-apiserver --version
+report etcd etcd --version
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }

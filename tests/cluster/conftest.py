@@ -1,0 +1,366 @@
+"""A real Kubernetes control plane for the cluster tests: etcd + kube-apiserver on loopback.
+
+`scripts/bootstrap-tools.sh` builds kube-apiserver (k8s.io/kubernetes v1.32, wrapper module
+scripts/kube) and links Debian's etcd into .tools/bin; a missing one fails the tests (never
+skips). The fixture generates a CA, a serving certificate for 127.0.0.1, a service-account
+key pair and an admin client certificate (O=system:masters), starts both processes on free
+loopback ports with RBAC authorization, writes a kubeconfig, installs the Volcano CRDs
+from ../shared/crds/volcano and stops everything afterwards. No controller-manager, scheduler
+or kubelet: objects are stored and validated, no pod runs. See docs/cluster-tests.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.conftest import require_tool, shared_path
+
+VOLCANO_CRDS = (
+    "batch.volcano.sh_jobs.yaml",
+    "scheduling.volcano.sh_podgroups.yaml",
+    "scheduling.volcano.sh_queues.yaml",
+)
+START_TIMEOUT = 120.0  # seconds for etcd + kube-apiserver to become ready on a loaded machine
+
+
+# --- certificates --------------------------------------------------------------------------
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _cert(subject: x509.Name, key, issuer: x509.Name, signer, *, ca=False, usage=None, sans=()):
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if usage:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    return builder.sign(signer, hashes.SHA256())
+
+
+def write_pki(directory: Path) -> dict[str, Path]:
+    """CA, apiserver serving cert (127.0.0.1/localhost), service-account keys, admin cert."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {}
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "elasticctr-test-ca")])
+    ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
+    files["ca.crt"] = ca.public_bytes(serialization.Encoding.PEM)
+
+    server_key = _key()
+    server = _cert(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+        server_key,
+        ca_name,
+        ca_key,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=(
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes.default.svc"),
+        ),
+    )
+    files["apiserver.crt"] = server.public_bytes(serialization.Encoding.PEM)
+    files["apiserver.key"] = _pem_key(server_key)
+
+    admin_key = _key()
+    admin = _cert(
+        x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                x509.NameAttribute(NameOID.COMMON_NAME, "elasticctr-test-admin"),
+            ]
+        ),
+        admin_key,
+        ca_name,
+        ca_key,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    files["admin.crt"] = admin.public_bytes(serialization.Encoding.PEM)
+    files["admin.key"] = _pem_key(admin_key)
+
+    sa_key = _key()
+    files["sa.key"] = _pem_key(sa_key)
+    files["sa.pub"] = sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    paths = {}
+    for name, data in files.items():
+        path = directory / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+        paths[name] = path
+    return paths
+
+
+def write_kubeconfig(path: Path, server: str, pki: dict[str, Path]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "test",
+                        "cluster": {
+                            "server": server,
+                            "certificate-authority": str(pki["ca.crt"]),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "admin",
+                        "user": {
+                            "client-certificate": str(pki["admin.crt"]),
+                            "client-key": str(pki["admin.key"]),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+                "current-context": "test",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait_ready(name: str, proc: subprocess.Popen, log: Path, probe, deadline: float) -> None:
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{_tail(log)}")
+        try:
+            if probe():
+                return
+        except (OSError, urllib.error.URLError) as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise RuntimeError(f"{name} not ready in {START_TIMEOUT:.0f} s ({last}):\n{_tail(log)}")
+
+
+@dataclass
+class Cluster:
+    server: str
+    kubeconfig: Path
+    pki: dict[str, Path]
+    workdir: Path
+    start_seconds: float
+
+    def api(self):
+        """A kubernetes ApiClient as the admin user (close it after use)."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=str(self.kubeconfig), client_configuration=configuration
+        )
+        return client.ApiClient(configuration)
+
+
+def _https_ready(server: str, pki: dict[str, Path]) -> bool:
+    ctx = ssl.create_default_context(cafile=str(pki["ca.crt"]))
+    ctx.load_cert_chain(str(pki["admin.crt"]), str(pki["admin.key"]))
+    try:
+        with urllib.request.urlopen(f"{server}/readyz", context=ctx, timeout=5) as resp:
+            return resp.status == 200
+    except urllib.error.HTTPError:
+        return False  # 500 while post-start hooks are still running
+
+
+def install_crds(cluster: Cluster, paths: list[Path], timeout: float = 60.0) -> None:
+    """Create the CRDs and wait until each is Established (served by the API server)."""
+    from kubernetes import client
+
+    api = cluster.api()
+    try:
+        ext = client.ApiextensionsV1Api(api)
+        names = []
+        for path in paths:
+            doc = yaml.safe_load(path.read_text())
+            ext.create_custom_resource_definition(doc)
+            names.append(doc["metadata"]["name"])
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while True:
+                crd = ext.read_custom_resource_definition(name)
+                conds = {c.type: c.status for c in (crd.status.conditions or [])}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRD {name} not Established: {conds}")
+                time.sleep(0.2)
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Cluster:
+    etcd = require_tool("etcd")
+    apiserver = require_tool("kube-apiserver")
+    crds = [shared_path("crds", "volcano", name) for name in VOLCANO_CRDS]
+    work = tmp_path_factory.mktemp("cluster")
+    pki = write_pki(work / "pki")
+    procs: list[subprocess.Popen] = []
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT
+    try:
+        client_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{client_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        etcd_log = work / "etcd.log"
+        with etcd_log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        etcd,
+                        "--name=test",
+                        f"--data-dir={work / 'etcd'}",
+                        f"--listen-client-urls={etcd_url}",
+                        f"--advertise-client-urls={etcd_url}",
+                        f"--listen-peer-urls={peer_url}",
+                        f"--initial-advertise-peer-urls={peer_url}",
+                        f"--initial-cluster=test={peer_url}",
+                        "--log-level=warn",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+
+        def etcd_ready() -> bool:
+            with urllib.request.urlopen(f"{etcd_url}/health", timeout=5) as resp:
+                return b'"true"' in resp.read()
+
+        _wait_ready("etcd", procs[0], etcd_log, etcd_ready, deadline)
+
+        server = f"https://127.0.0.1:{api_port}"
+        api_log = work / "kube-apiserver.log"
+        with api_log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        apiserver,
+                        f"--etcd-servers={etcd_url}",
+                        "--bind-address=127.0.0.1",
+                        "--advertise-address=127.0.0.1",
+                        f"--secure-port={api_port}",
+                        f"--cert-dir={work / 'certs'}",
+                        f"--tls-cert-file={pki['apiserver.crt']}",
+                        f"--tls-private-key-file={pki['apiserver.key']}",
+                        f"--client-ca-file={pki['ca.crt']}",
+                        "--service-cluster-ip-range=10.96.0.0/16",
+                        "--service-account-issuer=https://kubernetes.default.svc",
+                        f"--service-account-key-file={pki['sa.pub']}",
+                        f"--service-account-signing-key-file={pki['sa.key']}",
+                        "--authorization-mode=RBAC",
+                        # Its finalizer is removed by the controller-manager, which is absent:
+                        # deleted PVCs would stay Terminating forever.
+                        "--disable-admission-plugins=StorageObjectInUseProtection",
+                        "--profiling=false",
+                        "--v=1",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+        _wait_ready(
+            "kube-apiserver", procs[1], api_log, lambda: _https_ready(server, pki), deadline
+        )
+        c = Cluster(
+            server=server,
+            kubeconfig=write_kubeconfig(work / "kubeconfig", server, pki),
+            pki=pki,
+            workdir=work,
+            start_seconds=time.monotonic() - started,
+        )
+        install_crds(c, crds)
+        yield c
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+@pytest.fixture
+def kube_env(cluster: Cluster, monkeypatch) -> Cluster:
+    """The cluster's kubeconfig as $KUBECONFIG (for helm and ectl run in this process)."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    return cluster

@@ -1,0 +1,476 @@
+"""ectl against a real kube-apiserver + etcd (tests/cluster/conftest.py): the chart with the
+demo values is installed, checked object by object, upgraded, rolled back, read by
+`ectl status` and `ectl doctor`, and uninstalled without leftovers.
+
+Nothing runs the objects (no scheduler, controllers or kubelet), so deploy verbs run without
+--wait/--atomic: waiting for readiness can never finish here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.conftest import require_tool
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "values" / "demo.yaml"
+RELEASE = "ctr"
+NAMESPACE = "ctr"
+INSTANCE = "app.kubernetes.io/instance"
+VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+
+
+@pytest.fixture(scope="module")
+def ectl():
+    """The console entry point in this process (real exit codes and output, no start-up)."""
+    from elasticctr.cli.main import run
+
+    def call(*args: str, kubeconfig: Path) -> subprocess.CompletedProcess:
+        argv = ["ectl", *args, "--kubeconfig", str(kubeconfig)]
+        mp = pytest.MonkeyPatch()
+        out, err = _Capture(), _Capture()
+        mp.setattr(sys, "argv", argv)
+        mp.setattr(sys, "stdout", out)
+        mp.setattr(sys, "stderr", err)
+        code = 0
+        try:
+            run()  # rich's consoles write to sys.stdout/sys.stderr as they are at print time
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            mp.undo()
+        return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+    return call
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.parts.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def getvalue(self) -> str:
+        return "".join(self.parts)
+
+
+def helm(cluster, *args: str) -> str:
+    proc = subprocess.run(
+        [require_tool("helm"), *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def manifest(cluster, namespace: str = NAMESPACE, release: str = RELEASE) -> list[dict]:
+    text = helm(cluster, "get", "manifest", release, "-n", namespace)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def subset_mismatch(want: Any, got: Any, path: str = "") -> str | None:
+    """Where `got` (stored by the API server) lacks or changes something of `want` (sent).
+
+    Defaults the server adds are fine, and so is an empty list or map it omits (built-in
+    types serialise them away); a dropped field (CRD pruning) or changed value is not.
+    """
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return f"{path}: {got!r} is not a mapping"
+        for key, value in want.items():
+            if key not in got:
+                if value in ([], {}, None):
+                    continue
+                return f"{path}.{key}: missing in the stored object (pruned?)"
+            found = subset_mismatch(value, got[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"{path}: {got!r} != {want!r}"
+        for i, (w, g) in enumerate(zip(want, got, strict=True)):
+            found = subset_mismatch(w, g, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if want != got and str(want) != str(got):
+        return f"{path}: stored {got!r}, sent {want!r}"
+    return None
+
+
+def stored(api, doc: dict, namespace: str = NAMESPACE) -> dict:
+    from kubernetes.dynamic import DynamicClient
+
+    resource = DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    ns = namespace if resource.namespaced else None
+    return resource.get(name=doc["metadata"]["name"], namespace=ns).to_dict()
+
+
+def volcano_jobs(api, namespace: str = NAMESPACE, release: str = RELEASE) -> list[dict]:
+    from kubernetes import client
+
+    return (
+        client.CustomObjectsApi(api)
+        .list_namespaced_custom_object(*VOLCANO[:2], namespace, VOLCANO[2],
+                                       label_selector=f"{INSTANCE}={release}")
+        .get("items", [])
+    )  # fmt: skip
+
+
+def images(docs: list[dict]) -> set[str]:
+    found = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "image" and isinstance(value, str):
+                    found.add(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(docs)
+    return found
+
+
+@pytest.fixture(scope="module")
+def release(cluster, ectl):
+    """The chart with the demo values, installed once for this module (revision 1)."""
+    started = time.monotonic()
+    proc = ectl("install", "-f", str(DEMO), "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
+                kubeconfig=cluster.kubeconfig)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    print(
+        f"cluster start {cluster.start_seconds:.1f} s, install {time.monotonic() - started:.1f} s"
+    )
+    return json.loads(proc.stdout)
+
+
+def test_install_stores_every_object_as_rendered(cluster, release):
+    assert release["revision"] == 1
+    docs = manifest(cluster)
+    kinds = {d["kind"] for d in docs}
+    assert {
+        "Job",
+        "StatefulSet",
+        "Deployment",
+        "Service",
+        "Secret",
+        "PersistentVolumeClaim",
+    } <= kinds
+    api = cluster.api()
+    try:
+        for doc in docs:
+            obj = stored(api, doc)
+            assert obj["metadata"]["labels"][INSTANCE] == RELEASE, doc["metadata"]["name"]
+            sent = {k: v for k, v in doc.items() if k not in ("stringData", "status")}
+            problem = subset_mismatch(sent, obj)
+            assert problem is None, f"{doc['kind']}/{doc['metadata']['name']}: {problem}"
+        # The Volcano Job went through the CRD's structural schema: nothing was pruned.
+        jobs = volcano_jobs(api)
+        assert [j["metadata"]["name"] for j in jobs] == [
+            d["metadata"]["name"] for d in docs if d["kind"] == "Job"
+        ]
+        tasks = {t["name"]: t["replicas"] for t in jobs[0]["spec"]["tasks"]}
+        assert tasks == {"coordinator": 1, "pserver": 1, "trainer": 2}
+    finally:
+        api.close()
+
+
+def test_volcano_job_schema_is_enforced(cluster, release):
+    """The real server rejects a Job that breaks the Volcano CRD schema (no webhook here),
+    so the acceptance above is a real check."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    job = next(d for d in manifest(cluster) if d["kind"] == "Job")
+    bad = json.loads(json.dumps(job))
+    bad["metadata"] = {"name": "schema-probe"}
+    bad["spec"]["tasks"][0]["replicas"] = "two"
+    api = cluster.api()
+    try:
+        with pytest.raises(ApiException) as err:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                *VOLCANO[:2], NAMESPACE, VOLCANO[2], bad
+            )
+        assert err.value.status == 422
+        assert "spec.tasks[0].replicas" in err.value.body
+    finally:
+        api.close()
+
+
+SECOND_NS = "ctr-rbac"
+
+
+@pytest.fixture(scope="module")
+def second(cluster, ectl, tmp_path_factory):
+    """Demo values plus the coordinator's Role, in a namespace of its own; uninstalled by
+    test_uninstall_leaves_nothing_behind."""
+    overlay = tmp_path_factory.mktemp("values") / "rbac.yaml"
+    overlay.write_text(yaml.safe_dump({"trainer": {"rbac": {"create": True}}}))
+    proc = ectl("install", "-f", str(DEMO), "-f", str(overlay), "-R", RELEASE, "-n", SECOND_NS,
+                "-o", "json", kubeconfig=cluster.kubeconfig)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return manifest(cluster, SECOND_NS)
+
+
+def test_chart_rbac_is_least_privilege(cluster, second):
+    """The coordinator's Role, evaluated by the real RBAC authorizer."""
+    from kubernetes import client
+
+    assert {"Role", "RoleBinding"} <= {d["kind"] for d in second}
+    api = cluster.api()
+    try:
+        authz = client.AuthorizationV1Api(api)
+
+        def allowed(sa: str, verb: str, resource: str, namespace: str = SECOND_NS) -> bool:
+            review = client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=f"system:serviceaccount:{SECOND_NS}:{sa}",
+                    groups=["system:serviceaccounts", f"system:serviceaccounts:{SECOND_NS}"],
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace, verb=verb, resource=resource
+                    ),
+                )
+            )
+            return authz.create_subject_access_review(review).status.allowed
+
+        coordinator = f"{RELEASE}-trainer-coordinator"
+        assert all(allowed(coordinator, verb, "pods") for verb in ("get", "list", "watch"))
+        assert not allowed(coordinator, "delete", "pods")
+        assert not allowed(coordinator, "get", "secrets")
+        assert not allowed(coordinator, "list", "pods", namespace="default")
+        assert not allowed(f"{RELEASE}-trainer", "list", "pods")
+    finally:
+        api.close()
+
+
+def test_status_reads_the_real_objects(cluster, release, ectl):
+    from kubernetes import client
+
+    api = cluster.api()
+    try:
+        job = volcano_jobs(api)[0]
+        # What Volcano's job controller writes into the status subresource.
+        job["status"] = {
+            "state": {"phase": "Running", "lastTransitionTime": "2026-12-01T00:00:00Z"},
+            "minAvailable": 3,
+            "running": 3,
+            "pending": 1,
+            "succeeded": 0,
+            "failed": 0,
+            "retryCount": 1,
+            "taskStatusCount": {
+                "coordinator": {"phase": {"Running": 1}},
+                "pserver": {"phase": {"Running": 1}},
+                "trainer": {"phase": {"Running": 1, "Pending": 1}},
+            },
+        }
+        client.CustomObjectsApi(api).replace_namespaced_custom_object_status(
+            *VOLCANO[:2], NAMESPACE, VOLCANO[2], job["metadata"]["name"], job
+        )
+    finally:
+        api.close()
+    proc = ectl("status", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
+                kubeconfig=cluster.kubeconfig)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["release"]["revision"] >= 1 and data["release"]["status"] == "deployed"
+    assert data["jobs"] == [
+        {
+            "name": job["metadata"]["name"],
+            "phase": "Running",
+            "running": 3,
+            "pending": 1,
+            "succeeded": 0,
+            "failed": 0,
+            "retryCount": 1,
+            "tasks": {"coordinator": 1, "pserver": 1, "trainer": 2},
+        }
+    ]
+    assert data["pods"] == []  # no scheduler, no kubelet: no pod ever exists
+    assert data["coordinator"] == {"unavailable": "no running coordinator pod"}
+    serving = {k: data["serving"][k] for k in ("deployment", "ready", "serving")}
+    assert serving == {"deployment": f"{RELEASE}-serving", "ready": 0, "serving": False}
+    assert data["serving"]["modelVersion"] is None  # the proxy finds no endpoint
+    assert data["mlflow"]["url"] == f"http://{RELEASE}-mlflow.{NAMESPACE}.svc:5000"
+    table = ectl("status", "-R", RELEASE, "-n", NAMESPACE, kubeconfig=cluster.kubeconfig)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if job["metadata"]["name"] in line)
+    assert "Running (running 3, pending 1" in row, table.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ectl status reads revision.chart_metadata_, which pyhelm3 leaves None for "
+    "get_current_revision (needs `await revision.chart_metadata()`); found here",
+)
+def test_status_names_the_chart(cluster, release, ectl):
+    proc = ectl("status", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
+                kubeconfig=cluster.kubeconfig)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["release"]["chart"].startswith("elasticctr-")
+
+
+def test_doctor_reports_no_volcano_scheduler(cluster, release, ectl):
+    proc = ectl("doctor", "-n", NAMESPACE, "-o", "json", kubeconfig=cluster.kubeconfig)
+    assert proc.returncode == 4, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert (
+        checks["kubeconfig"]["status"] == "ok" and cluster.server in checks["kubeconfig"]["detail"]
+    )
+    # The version stamp of the bootstrap's build (-X k8s.io/component-base/version...).
+    assert checks["cluster reachable"]["detail"].startswith("Kubernetes v1.32.13 at ")
+    assert checks["Volcano CRDs"]["status"] == "ok"
+    scheduler = checks["Volcano scheduler"]
+    assert scheduler["status"] == "fail"
+    assert "no volcano-scheduler Deployment" in scheduler["detail"]
+    assert checks["permissions"]["status"] == "ok"  # system:masters may create everything
+
+
+def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
+    from kubernetes import client
+
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"image": {"tag": "9.9.9-test"}},
+                "trainer": {"trainer": {"replicas": 3}},
+                "cube": {"shards": 3},
+            }
+        )
+    )
+    api = cluster.api()
+    core = client.CoreV1Api(api)
+    try:
+        before = manifest(cluster)
+        # Passwords the chart generates once and finds again with `lookup` on upgrades.
+        secrets = {
+            s.metadata.name: s.data
+            for s in core.list_namespaced_secret(NAMESPACE, label_selector=f"{INSTANCE}={RELEASE}")
+            .items
+            if s.metadata.name != f"{RELEASE}-trainer-config"  # the values: changes on purpose
+        }  # fmt: skip
+        assert {f"{RELEASE}-cube-admin", f"{RELEASE}-fileserver"} <= set(secrets)
+        old_job = next(d["metadata"]["name"] for d in before if d["kind"] == "Job")
+
+        proc = ectl("upgrade", "-f", str(DEMO), "-f", str(changed), "-R", RELEASE,
+                    "-n", NAMESPACE, "--no-atomic", "-o", "json",
+                    kubeconfig=cluster.kubeconfig)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        upgraded = json.loads(proc.stdout)
+        assert upgraded["revision"] == release["revision"] + 1
+        after = manifest(cluster)
+        ours = {i for i in images(after) if not i.startswith("ghcr.io/mlflow/")}  # upstream
+        assert len(ours) == 4 and all(i.endswith(":9.9.9-test") for i in ours), images(after)
+        jobs = volcano_jobs(api)
+        # A changed task spec renames the Job (Volcano rejects in-place edits): old one gone.
+        assert len(jobs) == 1 and jobs[0]["metadata"]["name"] != old_job
+        tasks = {t["name"]: t["replicas"] for t in jobs[0]["spec"]["tasks"]}
+        assert tasks["trainer"] == 3
+        for task in jobs[0]["spec"]["tasks"]:
+            for c in task["template"]["spec"]["containers"]:
+                assert c["image"] == "elasticctr/elasticctr-train:9.9.9-test"
+        cube = client.AppsV1Api(api).read_namespaced_stateful_set(f"{RELEASE}-cube", NAMESPACE)
+        assert cube.spec.replicas == 3
+        assert all(c.image.endswith(":9.9.9-test") for c in cube.spec.template.spec.containers)
+        # Generated passwords survive the upgrade (the chart's lookup ran on the real server).
+        for name, data in secrets.items():
+            assert core.read_namespaced_secret(name, NAMESPACE).data == data, name
+
+        proc = ectl("rollback", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
+                    kubeconfig=cluster.kubeconfig)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        back = json.loads(proc.stdout)
+        assert back["rolledBackTo"] == upgraded["revision"] - 1
+        assert back["revision"] == upgraded["revision"] + 1 and back["status"] == "deployed"
+        restored = manifest(cluster)
+        key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+        assert sorted(restored, key=key) == sorted(before, key=key)
+        jobs = volcano_jobs(api)
+        assert [j["metadata"]["name"] for j in jobs] == [old_job]
+        tasks = {t["name"]: t["replicas"] for t in jobs[0]["spec"]["tasks"]}
+        assert tasks == {"coordinator": 1, "pserver": 1, "trainer": 2}
+        cube = client.AppsV1Api(api).read_namespaced_stateful_set(f"{RELEASE}-cube", NAMESPACE)
+        assert cube.spec.replicas == 2
+        assert images(restored) == images(before)
+        for doc in restored:
+            obj = stored(api, doc)
+            sent = {k: v for k, v in doc.items() if k not in ("stringData", "status")}
+            problem = subset_mismatch(sent, obj)
+            assert problem is None, f"{doc['kind']}/{doc['metadata']['name']}: {problem}"
+    finally:
+        api.close()
+
+
+def _namespace_contents(api, namespace: str) -> list[str]:
+    """Every object of every listable namespaced type in the namespace (events aside)."""
+    from kubernetes.dynamic import DynamicClient
+
+    dyn = DynamicClient(api)
+    found = []
+    for resource in dyn.resources.search():
+        if (
+            not resource.namespaced
+            or "/" in resource.name
+            or "list" not in (resource.verbs or [])
+            or resource.kind in ("Event", "Binding")
+            or resource.kind.endswith("List")
+        ):
+            continue
+        items = resource.get(namespace=namespace).items
+        found += [f"{resource.kind}/{i.metadata.name}" for i in items]
+    return sorted(set(found))
+
+
+def test_uninstall_leaves_nothing_behind(cluster, ectl, second):
+    """Everything goes but what the chart keeps on purpose (helm.sh/resource-policy: keep:
+    the fileserver's and mlflow's data volumes)."""
+    ns = SECOND_NS
+    kept = {
+        f"{d['kind']}/{d['metadata']['name']}"
+        for d in second
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
+    }
+    assert kept == {
+        f"PersistentVolumeClaim/{RELEASE}-fileserver",
+        f"PersistentVolumeClaim/{RELEASE}-mlflow",
+    }
+    api = cluster.api()
+    try:
+        installed = _namespace_contents(api, ns)
+        assert f"Job/{volcano_jobs(api, ns)[0]['metadata']['name']}" in installed
+        assert any(name.startswith("Secret/sh.helm.release.v1.") for name in installed)
+        proc = ectl("uninstall", "-R", RELEASE, "-n", ns, "--yes", kubeconfig=cluster.kubeconfig)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        # helm deletes in the background; without a controller-manager no finalizer runs
+        # (the fixture disables the PVC-protection admission that would add one).
+        deadline = time.monotonic() + 30
+        while (left := set(_namespace_contents(api, ns))) != kept and time.monotonic() < deadline:
+            time.sleep(1)
+        assert left == kept
+    finally:
+        api.close()
