@@ -163,7 +163,7 @@ AGREEMENT_CASES = [
     {"cube": {"enabled": False}},
     {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
     {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
-    {"trainer": {"serviceAccount": {"create": False}}},
+    {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
     {
         "serving": {
             "autoscaling": {"enabled": False},

@@ -145,7 +145,7 @@ RULES = [
         "with that token)",
     ),
     (
-        {"trainer": {"serviceAccount": {"create": False}}},
+        {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
         "trainer.rbac.create: needs trainer.serviceAccount.create "
         "(the Role is bound to the coordinator's ServiceAccount)",
     ),
