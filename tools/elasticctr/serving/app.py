@@ -141,6 +141,7 @@ class Batcher:
         self.queued = 0
         self.wakeup = asyncio.Event()
         self.slots = asyncio.Semaphore(cfg.max_inflight_batches)
+        self.inflight = 0
         self.task: asyncio.Task | None = None
 
     def start(self):
@@ -154,10 +155,10 @@ class Batcher:
             )
         fut = asyncio.get_running_loop().create_future()
         item = _Item(sv, data, n, fut)
-        if not self.queue and not self.slots.locked() and self.cfg.max_wait_ms == 0:
-            # Idle: run this request as its own batch right here, saving two event-loop
-            # hops (wake the batcher, start a task); requests arriving meanwhile queue up
-            # and the batcher takes them together.
+        if not self.queue and self.inflight == 0 and self.cfg.max_wait_ms == 0:
+            # Idle (nothing queued, no batch running): run this request as its own batch
+            # right here, saving two event-loop hops (wake the batcher, start a task).
+            # Under load something is always in flight, so requests queue and batch.
             await self.slots.acquire()
             await self._run([item])
             return fut.result()
@@ -191,6 +192,7 @@ class Batcher:
         return items
 
     async def _run(self, items: list[_Item]):
+        self.inflight += 1
         try:
             sv = items[0].sv
             limits = self.cfg.limits
@@ -222,6 +224,7 @@ class Batcher:
                     it.future.set_result(probs[start : start + n])
                 start += n
         finally:
+            self.inflight -= 1
             self.slots.release()
 
 
