@@ -267,3 +267,21 @@ def test_missing_files_and_partitions_are_clear_errors(hdfs_dir):
         list(iter_batches(missing, SLOTS, 8, hdfs_ugi=UGI))
     assert not storage.exists(missing, UGI)
     assert partitions.list_partitions(storage.join(hdfs_dir, "no-dataset"), hdfs_ugi=UGI) == []
+
+
+def test_permission_denied_is_one_clear_line_and_writes_nothing(minihdfs):
+    """A folder the HDFS_UGI user may not write: a clear EctlError, not a Java stack."""
+    import uuid
+
+    locked = minihdfs.make_open_dir(f"/locked-{uuid.uuid4().hex[:8]}", mode=0o755)
+    target = storage.join(locked, "20200401", "00", "part-00000")
+    with pytest.raises(EctlError, match="permission denied on HDFS") as info:
+        storage.write_bytes(target, b"1 0 1:0\n", hdfs_ugi=UGI)
+    assert "\n" not in str(info.value) and "at org.apache" not in str(info.value)
+    assert storage.list_names(locked, UGI) == []
+
+
+def test_reading_a_folder_as_a_file_says_so(hdfs_dir):
+    storage.write_bytes(storage.join(hdfs_dir, "d", "f"), b"x", hdfs_ugi=UGI)
+    with pytest.raises(EctlError, match="d"):
+        storage.read_bytes(storage.join(hdfs_dir, "d"), UGI)

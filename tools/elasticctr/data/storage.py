@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -100,6 +101,21 @@ def join(url: str, *parts: str) -> str:
 def _wrap(url: str, exc: Exception) -> EctlError:
     if isinstance(exc, FileNotFoundError):
         return EctlError(f"{url}: not found")
+    if isinstance(exc, IsADirectoryError):
+        return EctlError(f"{url}: is a directory, not a file")
+    if isinstance(exc, RuntimeError):
+        # hdfs-native reports namenode errors as RuntimeError('RPCError("<java class>",
+        # "<message>\\n\\tat ...")') with an escaped Java stack: keep class and first line.
+        text = str(exc).replace("\\n", "\n").replace('\\"', '"')
+        match = re.match(r'\s*RPCError\("([^"]+)", "(.*)', text, re.S)
+        java_class, detail = match.groups() if match else ("", text)
+        detail = (detail.strip().splitlines() or [type(exc).__name__])[0].rstrip('")')[:300]
+        if "AccessControlException" in java_class or "Permission denied" in detail:
+            return EctlError(
+                f"{url}: permission denied on HDFS ({detail})",
+                hint="check HDFS_UGI (the user) and the folder's owner and mode",
+            )
+        return EctlError(f"{url}: HDFS error: {java_class.rsplit('.', 1)[-1]} {detail}".strip())
     if getattr(exc, "status", None) in (401, 403):
         return EctlError(
             f"{url}: the fileserver refused the request ({exc.status})",
@@ -147,7 +163,7 @@ def open_input(url: str, hdfs_ugi: str | None = None) -> IO[bytes]:
     compression = fsspec.utils.infer_compression(path)
     try:
         raw = fs.open(path, "rb")
-    except (FileNotFoundError, IsADirectoryError, OSError) as exc:
+    except (OSError, RuntimeError) as exc:
         raise _wrap(url, exc) from exc
     if compression:
         from fsspec.compression import compr
@@ -192,12 +208,15 @@ def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
         parent = os.path.dirname(path)
     try:
         fs.makedirs(parent, exist_ok=True)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         raise _wrap(url, exc) from exc
     tmp = posixpath.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
     if isinstance(fs, LocalFileSystem):
         tmp = os.path.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
-    fh = fs.open(tmp, "wb")
+    try:
+        fh = fs.open(tmp, "wb")
+    except (OSError, RuntimeError) as exc:
+        raise _wrap(url, exc) from exc
     try:
         yield fh
         fh.close()
@@ -232,5 +251,5 @@ def makedirs(url: str, hdfs_ugi: str | None = None) -> None:
         return  # the fileserver creates parents on upload
     try:
         fs.makedirs(path, exist_ok=True)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         raise _wrap(url, exc) from exc
