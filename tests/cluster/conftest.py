@@ -178,10 +178,42 @@ def write_kubeconfig(path: Path, server: str, pki: dict[str, Path]) -> Path:
 # --- processes -----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (all held bound while choosing, then released)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+PORT_ATTEMPTS = 3  # another process may take a chosen port before the server binds it
+
+
+def _launch(name: str, argv_for, probe_for, nports: int, log: Path, deadline: float, procs):
+    """Start a server on fresh free ports; retry only when a port was taken meanwhile."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        ports = free_ports(nports)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv_for(attempt, *ports),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        procs.append(proc)
+        try:
+            _wait_ready(name, proc, log, probe_for(*ports), deadline)
+            return ports
+        except RuntimeError:
+            if attempt == PORT_ATTEMPTS or "address already in use" not in _tail(log, 200):
+                raise
+            _stop(proc)
+            procs.remove(proc)
+    raise AssertionError("unreachable")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -281,70 +313,65 @@ def cluster(tmp_path_factory) -> Cluster:
     started = time.monotonic()
     deadline = started + START_TIMEOUT
     try:
-        client_port, peer_port, api_port = free_port(), free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{client_port}"
-        peer_url = f"http://127.0.0.1:{peer_port}"
-        etcd_log = work / "etcd.log"
-        with etcd_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        etcd,
-                        "--name=test",
-                        f"--data-dir={work / 'etcd'}",
-                        f"--listen-client-urls={etcd_url}",
-                        f"--advertise-client-urls={etcd_url}",
-                        f"--listen-peer-urls={peer_url}",
-                        f"--initial-advertise-peer-urls={peer_url}",
-                        f"--initial-cluster=test={peer_url}",
-                        "--log-level=warn",
-                    ],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            )
 
-        def etcd_ready() -> bool:
-            with urllib.request.urlopen(f"{etcd_url}/health", timeout=5) as resp:
-                return b'"true"' in resp.read()
+        def etcd_argv(attempt: int, client_port: int, peer_port: int) -> list[str]:
+            client_url = f"http://127.0.0.1:{client_port}"
+            peer_url = f"http://127.0.0.1:{peer_port}"
+            return [
+                etcd,
+                "--name=test",
+                f"--data-dir={work / f'etcd-{attempt}'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=test={peer_url}",
+                "--log-level=warn",
+            ]
 
-        _wait_ready("etcd", procs[0], etcd_log, etcd_ready, deadline)
+        def etcd_probe(client_port: int, _peer_port: int):
+            def ready() -> bool:
+                url = f"http://127.0.0.1:{client_port}/health"
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    return b'"true"' in resp.read()
 
-        server = f"https://127.0.0.1:{api_port}"
-        api_log = work / "kube-apiserver.log"
-        with api_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        apiserver,
-                        f"--etcd-servers={etcd_url}",
-                        "--bind-address=127.0.0.1",
-                        "--advertise-address=127.0.0.1",
-                        f"--secure-port={api_port}",
-                        f"--cert-dir={work / 'certs'}",
-                        f"--tls-cert-file={pki['apiserver.crt']}",
-                        f"--tls-private-key-file={pki['apiserver.key']}",
-                        f"--client-ca-file={pki['ca.crt']}",
-                        "--service-cluster-ip-range=10.96.0.0/16",
-                        "--service-account-issuer=https://kubernetes.default.svc",
-                        f"--service-account-key-file={pki['sa.pub']}",
-                        f"--service-account-signing-key-file={pki['sa.key']}",
-                        "--authorization-mode=RBAC",
-                        # Its finalizer is removed by the controller-manager, which is absent:
-                        # deleted PVCs would stay Terminating forever.
-                        "--disable-admission-plugins=StorageObjectInUseProtection",
-                        "--profiling=false",
-                        "--v=1",
-                    ],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            )
-        _wait_ready(
-            "kube-apiserver", procs[1], api_log, lambda: _https_ready(server, pki), deadline
+            return ready
+
+        etcd_port, _ = _launch("etcd", etcd_argv, etcd_probe, 2, work / "etcd.log", deadline, procs)
+
+        def apiserver_argv(_attempt: int, port: int) -> list[str]:
+            return [
+                apiserver,
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={work / 'certs'}",
+                f"--tls-cert-file={pki['apiserver.crt']}",
+                f"--tls-private-key-file={pki['apiserver.key']}",
+                f"--client-ca-file={pki['ca.crt']}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki['sa.pub']}",
+                f"--service-account-signing-key-file={pki['sa.key']}",
+                "--authorization-mode=RBAC",
+                # Its finalizer is removed by the controller-manager, which is absent:
+                # deleted PVCs would stay Terminating forever.
+                "--disable-admission-plugins=StorageObjectInUseProtection",
+                "--profiling=false",
+                "--v=1",
+            ]
+
+        (api_port,) = _launch(
+            "kube-apiserver",
+            apiserver_argv,
+            lambda port: lambda: _https_ready(f"https://127.0.0.1:{port}", pki),
+            1,
+            work / "kube-apiserver.log",
+            deadline,
+            procs,
         )
+        server = f"https://127.0.0.1:{api_port}"
         c = Cluster(
             server=server,
             kubeconfig=write_kubeconfig(work / "kubeconfig", server, pki),
@@ -357,10 +384,3 @@ def cluster(tmp_path_factory) -> Cluster:
     finally:
         for proc in reversed(procs):
             _stop(proc)
-
-
-@pytest.fixture
-def kube_env(cluster: Cluster, monkeypatch) -> Cluster:
-    """The cluster's kubeconfig as $KUBECONFIG (for helm and ectl run in this process)."""
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    return cluster
