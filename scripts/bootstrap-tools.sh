@@ -24,7 +24,9 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # go_tool NAME VERSION PACKAGE [LDFLAGS]: build once into $CACHE/NAME-VERSION, link into .tools/bin
 go_tool() {
   local name=$1 version=$2 pkg=$3 ldflags=${4:-}
-  local cached="$CACHE/$name-$version"
+  # The cache key includes the ldflags: a changed version stamp means a new build.
+  local cached
+  cached="$CACHE/$name-$version-$(printf '%s' "$ldflags" | sha256sum | cut -c1-8)"
   if [ ! -x "$cached" ]; then
     echo "building $name $version from Go modules ..." >&2
     local tmp
@@ -43,7 +45,8 @@ command -v go >/dev/null || { echo "bootstrap-tools: Go is required (go not on P
 HELM_K8S_MINOR=34
 go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
   "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
-go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform "-s -w"
+go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
+  "-s -w -X main.version=$KUBECONFORM_VERSION"
 go_tool helm-unittest "$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest \
   "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$HELM_UNITTEST_VERSION"
 
@@ -156,7 +159,9 @@ report() { # NAME COMMAND...
 echo "tools in $BIN:"
 report helm helm version --short
 report kubeconform kubeconform -v
-report helm-unittest helm unittest --help
+# `helm unittest --help` proves the plugin runs; the plugin list carries its version.
+helm unittest --help >/dev/null 2>&1 || { echo "  helm-unittest  does not run" >&2; fail=1; }
+report helm-unittest bash -c "helm plugin list | awk '\$1==\"unittest\" {print \"v\" \$2}'"
 report yamllint yamllint --version
 report hdfs-minicluster minihdfs --version
 report kube-apiserver kube-apiserver --version
