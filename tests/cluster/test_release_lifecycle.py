@@ -408,6 +408,16 @@ def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
         back = json.loads(proc.stdout)
         assert back["rolledBackTo"] == upgraded["revision"] - 1
         assert back["revision"] == upgraded["revision"] + 1 and back["status"] == "deployed"
+        proc = ectl("history", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
+                    kubeconfig=cluster.kubeconfig)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        revisions = json.loads(proc.stdout)["revisions"]
+        assert [(r["revision"], r["status"]) for r in revisions][-3:] == [
+            (upgraded["revision"] - 1, "superseded"),
+            (upgraded["revision"], "superseded"),
+            (back["revision"], "deployed"),
+        ]
+        assert revisions[-1]["description"] == f"Rollback to {upgraded['revision'] - 1}"
         restored = manifest(cluster)
         key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
         assert sorted(restored, key=key) == sorted(before, key=key)
