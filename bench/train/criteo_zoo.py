@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=3, help="hourly copies of the training rows")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--sparse-lr", type=float, default=None, help="override sparseLearningRate")
     args = ap.parse_args()
     if not SAMPLE.exists():
         sys.exit(f"{SAMPLE} not found (../shared/data beside the checkout)")
@@ -116,7 +117,10 @@ def main() -> None:
         f"{sum(len(b) for b in test)} held-out rows, {len(slots)} slots"
     )
     for model in args.models.split(","):
-        out = work / model
+        out = work / (model if args.sparse_lr is None else f"{model}-slr{args.sparse_lr}")
+        hyper = {"name": model, "batchSize": args.batch}
+        if args.sparse_lr is not None:
+            hyper["sparseLearningRate"] = args.sparse_lr
         values = {
             "global": {
                 "data": {
@@ -127,7 +131,7 @@ def main() -> None:
                 },
                 "modelStore": str(out / "store"),
             },
-            "trainer": {"model": {"name": model, "batchSize": args.batch}},
+            "trainer": {"model": hyper},
         }
         out.mkdir(exist_ok=True)
         (out / "values.yaml").write_text(yaml.safe_dump(values))
@@ -153,7 +157,7 @@ def main() -> None:
         )
         result = evaluate_version(out / "store" / "versions" / train_parts[-1].id, test)
         print(
-            f"{model:10s} held-out AUC {result['auc']:.4f}  logloss {result['logloss']:.4f}"
+            f"{out.name:10s} held-out AUC {result['auc']:.4f}  logloss {result['logloss']:.4f}"
             f"  ({time.monotonic() - t0:.0f}s)",
             flush=True,
         )

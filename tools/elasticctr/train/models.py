@@ -31,7 +31,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "dnn": {"embeddingDim": 9, "hiddenUnits": [400, 400, 400]},
     "lr": {},
     "wide_deep": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400]},
-    "deepfm": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400]},
+    # The FM term squares sums of embeddings: at the common 0.05 sparse rate it blew up on
+    # real Criteo rows (held-out AUC 0.63, logloss 1.14); 0.01 gives 0.728.
+    "deepfm": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "sparseLearningRate": 0.01},
     "dcn": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "crossLayers": 3},
     "xdeepfm": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "cinLayers": [128, 128]},
 }
