@@ -32,6 +32,13 @@ def main() -> None:
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: temp)")
     ap.add_argument("--data", type=Path, default=None, help="reuse generated data here")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model hyperparameter, e.g. --set batchSize=256 (YAML value)",
+    )
     args = ap.parse_args()
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ectl-quality-"))
@@ -74,7 +81,12 @@ def main() -> None:
             },
             "modelStore": str(work / "store"),
         },
-        "trainer": {"model": {"name": args.model}},
+        "trainer": {
+            "model": {
+                "name": args.model,
+                **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)},
+            }
+        },
     }
     (work / "values.yaml").write_text(yaml.safe_dump(values))
     t0 = time.monotonic()
@@ -107,7 +119,7 @@ def main() -> None:
     oracle = gen["oracle_auc"]  # true probabilities vs. sampled clicks of the last hour
     rate = manifest["metrics"].get("samples_per_sec_per_trainer")
     print(
-        f"model {args.model}: {args.hours} x {args.lines} samples, one pass, "
+        f"model {args.model} {' '.join(args.set)}: {args.hours} x {args.lines} samples, one pass, "
         f"{args.pservers} pserver(s) / {args.trainers} trainer(s), {train_seconds:.0f}s wall"
     )
     print(
