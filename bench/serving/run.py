@@ -84,6 +84,13 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--extra-keys", type=int, default=200_000)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        help="extra `ectl serve` option, e.g. --serve-arg=--max-inflight-batches=1",
+    )
+    ap.add_argument("--no-mlflow", action="store_true", help="measure ectl serve only")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     if not DEMO.exists():
@@ -93,6 +100,7 @@ def main() -> None:
     from elasticctr.serving.testing import keys_of_file, write_version
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-serving-"))
+    os.chdir(tmp)  # MLflow's default artifact root ./mlruns lands in tmp, not the checkout
     procs = Procs(tmp)
     try:
         store = tmp / "store"
@@ -119,30 +127,33 @@ def main() -> None:
         ectl_port = free_port()
         p = procs.start("serve", [*ECTL, "serve", "--store", str(store), "--cube",
                         ",".join(urls), "--port", str(ectl_port), "--poll-interval", "0",
-                        "--cache", str(tmp / "cache")])  # fmt: skip
+                        "--cache", str(tmp / "cache"), *args.serve_arg])  # fmt: skip
         wait_http(f"http://127.0.0.1:{ectl_port}/readyz", 120, "ectl serve", p)
 
-        tracking = f"sqlite:///{tmp / 'mlflow.db'}"
-        uri = log_version(vdir, VERSION, tracking_uri=tracking)
-        mlflow_port = free_port()
-        env = {"MLFLOW_TRACKING_URI": tracking,
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}  # fmt: skip
-        p = procs.start("mlflow", [str(Path(sys.executable).parent / "mlflow"), "models",
-                        "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
-                        "-p", str(mlflow_port)], env)  # fmt: skip
-        wait_http(f"http://127.0.0.1:{mlflow_port}/ping", 300, "mlflow models serve", p)
-
+        mlflow_port, diff = None, None
         lines = DEMO.read_bytes().splitlines()
-        ours = httpx.post(f"http://127.0.0.1:{ectl_port}/v1/predict",
-                          content=b"\n".join(lines), headers={"Content-Type": "text/plain"},
-                          ).json()["probabilities"]  # fmt: skip
-        frame = {"dataframe_split": {"columns": ["line"], "data": [[ln.decode()] for ln in lines]}}
-        theirs = httpx.post(f"http://127.0.0.1:{mlflow_port}/invocations", json=frame,
-                            timeout=60).json()["predictions"]  # fmt: skip
-        diff = float(np.max(np.abs(np.asarray(ours) - np.asarray(theirs))))
-        print(f"predictions of the 100 demo lines: max |ectl - mlflow| = {diff:.2e}")
-        if diff > 1e-5:
-            raise SystemExit("predictions differ by more than 1e-5")
+        if not args.no_mlflow:
+            tracking = f"sqlite:///{tmp / 'mlflow.db'}"
+            uri = log_version(vdir, VERSION, tracking_uri=tracking)
+            mlflow_port = free_port()
+            path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+            env = {"MLFLOW_TRACKING_URI": tracking, "PATH": path}
+            p = procs.start("mlflow", [str(Path(sys.executable).parent / "mlflow"), "models",
+                            "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
+                            "-p", str(mlflow_port)], env)  # fmt: skip
+            wait_http(f"http://127.0.0.1:{mlflow_port}/ping", 300, "mlflow models serve", p)
+
+            ours = httpx.post(f"http://127.0.0.1:{ectl_port}/v1/predict",
+                              content=b"\n".join(lines), headers={"Content-Type": "text/plain"},
+                              ).json()["probabilities"]  # fmt: skip
+            data = [[ln.decode()] for ln in lines]
+            frame = {"dataframe_split": {"columns": ["line"], "data": data}}
+            theirs = httpx.post(f"http://127.0.0.1:{mlflow_port}/invocations", json=frame,
+                                timeout=60).json()["predictions"]  # fmt: skip
+            diff = float(np.max(np.abs(np.asarray(ours) - np.asarray(theirs))))
+            print(f"predictions of the 100 demo lines: max |ectl - mlflow| = {diff:.2e}")
+            if diff > 1e-5:
+                raise SystemExit("predictions differ by more than 1e-5")
 
         ectl_reqs = [http_post("/v1/predict", "127.0.0.1", ln + b"\n", "text/plain")
                      for ln in lines]  # fmt: skip
@@ -155,8 +166,13 @@ def main() -> None:
         rows = []
         for c in levels:
             a = asyncio.run(run("127.0.0.1", ectl_port, ectl_reqs, c, args.duration))
+            rows.append({"concurrency": c, "ectl": a})
+            if mlflow_port is None:
+                print(f"c={c:3d}  ectl serve {a['qps']:8.0f} qps p50 {a['p50_ms']:7.2f} ms "
+                      f"p99 {a['p99_ms']:7.2f} ms err {a['errors']}", flush=True)  # fmt: skip
+                continue
             b = asyncio.run(run("127.0.0.1", mlflow_port, mlflow_reqs, c, args.duration))
-            rows.append({"concurrency": c, "ectl": a, "mlflow": b})
+            rows[-1]["mlflow"] = b
             print(f"c={c:3d}  ectl serve {a['qps']:8.0f} qps p50 {a['p50_ms']:7.2f} ms "
                   f"p99 {a['p99_ms']:7.2f} ms err {a['errors']} | mlflow {b['qps']:7.0f} qps "
                   f"p50 {b['p50_ms']:7.2f} ms p99 {b['p99_ms']:7.2f} ms err {b['errors']} | "

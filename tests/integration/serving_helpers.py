@@ -28,6 +28,7 @@ class ServeProc:
             stderr=subprocess.STDOUT,
             env={**os.environ, "GLOG_minloglevel": "2", **(env or {})},
             start_new_session=True,
+            cwd=log.parent,  # anything the service writes relative (e.g. ./mlruns) stays there
         )
 
     def wait_ready(self, timeout: float = 90.0, headers: dict | None = None) -> None:

@@ -50,7 +50,7 @@ def serve(
     max_wait_ms: float = typer.Option(
         0.0, min=0, help="Wait this long to fill a batch (0: batch whatever queued meanwhile)."
     ),
-    max_inflight_batches: int = typer.Option(2, min=1, help="Batches in flight at once."),
+    max_inflight_batches: int = typer.Option(1, min=1, help="Batches in flight at once."),
     max_request_samples: int = typer.Option(1000, min=1, help="Samples per request."),
     max_request_features: int = typer.Option(1000, min=1, help="Feasigns per sample."),
     max_body_bytes: int = typer.Option(4 << 20, min=1, help="Request body limit."),

@@ -69,7 +69,7 @@ class ServeConfig:
     max_batch_samples: int = 1024
     max_wait_ms: float = 0.0
     max_queue_samples: int = 20000
-    max_inflight_batches: int = 2
+    max_inflight_batches: int = 1
     poll_interval: float = 2.0
     cube_timeout: float = 5.0
     mlflow_tracking_uri: str | None = None  # log each version served as a pyfunc model
