@@ -322,12 +322,6 @@ def test_status_reads_the_real_objects(cluster, release, ectl):
     assert "Running (running 3, pending 1" in row, table.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # only the wrong answer; a broken cluster still errors
-    reason="ectl status reads revision.chart_metadata_, which pyhelm3 leaves None for "
-    "get_current_revision (needs `await revision.chart_metadata()`); found here",
-)
 def test_status_names_the_chart(cluster, release, ectl):
     proc = ectl("status", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
                 kubeconfig=cluster.kubeconfig)  # fmt: skip

@@ -174,7 +174,11 @@ def collect_status(target: Target) -> dict[str, Any]:
         ) from exc
     except Exception as exc:
         raise common.helm_error(exc, "cannot read the release") from exc
-    chart = revision.chart_metadata_
+    try:
+        # pyhelm3 fills chart metadata lazily (`helm get metadata`), not from get_current_revision.
+        chart = common.run(revision.chart_metadata())
+    except Exception as exc:
+        raise common.helm_error(exc, "cannot read the release's chart") from exc
     status: dict[str, Any] = {
         "release": {
             "name": target.release,
