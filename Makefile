@@ -29,7 +29,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(RUFF) check --fix tools tests bench
 
 test: venv tools lint  ## the full suite (CI runs exactly this)
-	@source scripts/tools-env.sh && $(PYTEST) tests
+	@source scripts/tools-env.sh && $(PYTEST) tests --durations=25
 
 test-fast: venv lint  ## quick unit subset
 	$(PYTEST) -m fast tests
