@@ -229,7 +229,7 @@ def plan_partitions(cfg: TrainConfig, synthetic: SyntheticPlan | None) -> Iterat
                 hint="partitions are {path}/YYYYMMDD/HH/part-* with a donefile",
             )
         start = ready[0].id
-    poll = float(os.environ.get("ECTL_PARTITION_POLL_SECONDS", "60"))
+    poll = float(os.environ.get(C.ENV_PARTITION_POLL_SECONDS, "60"))
     followed = parts.follow_partitions(
         cfg.data_path,
         start,
@@ -431,7 +431,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     log(f"worker initialised in {time.monotonic() - t_init:.1f}s")
     dense_names = _dense_names()
     pull_dense = _dense_puller()
-    pull_every = int(os.environ.get("ECTL_DENSE_PULL_EVERY", DENSE_PULL_EVERY))
+    pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, DENSE_PULL_EVERY))
     main = paddle.static.default_main_program()
     is_chief = renv.index == 0
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
@@ -514,7 +514,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                 )
                 since_checkpoint, checkpoint_at = 0, time.monotonic()
                 log(f"{part.version_id}: checkpoint written to {opts.checkpoint_dir}")
-            if not os.environ.get("ECTL_TRAIN_KEEP_STAGING"):
+            if not os.environ.get(C.ENV_TRAIN_KEEP_STAGING):
                 shutil.rmtree(dump_dir, ignore_errors=True)
     finally:
         if tracker is not None:
@@ -612,7 +612,7 @@ class _Tracker:
 
         cfg, renv = self.cfg, self.renv
         mlflow.set_tracking_uri(cfg.mlflow_uri)
-        mlflow.set_experiment(os.environ.get("ECTL_MLFLOW_EXPERIMENT", "elasticctr"))
+        mlflow.set_experiment(os.environ.get(C.ENV_MLFLOW_EXPERIMENT, "elasticctr"))
         self.mlflow = mlflow
         self.run = mlflow.start_run(run_name=f"train-{cfg.model.name}")
         params = {f"model.{k}": str(v) for k, v in cfg.model.params.items()}
