@@ -1,28 +1,51 @@
 """`ectl quickstart` end to end with small settings: every service as a real process,
-real Paddle PS training, cube + serving switch to the newest version, MLflow holds the run."""
+real Paddle PS training, cube + serving switch to the newest version, MLflow holds the
+run, `ectl local status` sees it while it runs, and Ctrl-C stops everything."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 
 
-def test_quickstart_serves_newest_version_and_logs_to_mlflow(tmp_path):
+def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp_path):
     workdir = tmp_path / "qs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "elasticctr.cli.main", "quickstart", "--workdir", str(workdir)]
-        + ["--hours", "3", "--lines", "6000", "--slots", "8", "--vocab", "500", "-o", "json"],
-        capture_output=True,
+    proc = subprocess.Popen(
+        [*ECTL, "quickstart", "--workdir", str(workdir), "--keep-running", "-o", "json"]
+        + ["--hours", "3", "--lines", "6000", "--slots", "8", "--vocab", "500"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    try:
+        deadline = time.monotonic() + 900
+        while not (workdir / "quickstart.json").exists():
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "quickstart did not finish in 15 minutes"
+            time.sleep(1)
+        status = subprocess.run(
+            [*ECTL, "local", "status", "--workdir", str(workdir), "-o", "json"],
+            capture_output=True,
+            text=True,
+        )
+        assert status.returncode == 0, status.stderr
+        running = {p["component"] for p in json.loads(status.stdout)["processes"] if p["alive"]}
+        assert {"serving", "mlflow", "cube-0", "cube-1", "cube-transfer"} <= running
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads(out)
     # Two training hours exported, the newest one is what serving answers with.
     assert report["versions"] == ["20200401/00", "20200401/01"]
     assert report["served_version"] == "20200401/01"
@@ -33,24 +56,15 @@ def test_quickstart_serves_newest_version_and_logs_to_mlflow(tmp_path):
     # MLflow holds the training run with its per-partition metrics.
     assert report["mlflow_run"]
     assert {"auc", "logloss"} <= set(report["mlflow_metrics"])
-    # Everything was stopped: no process of this work folder is left.
+    # Ctrl-C stopped everything: no process of this work folder is left.
     leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+    assert not (workdir / "local.json").exists()
 
 
 def test_local_status_without_deployment_is_a_clear_error(tmp_path):
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "elasticctr.cli.main",
-            "local",
-            "status",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+        [*ECTL, "local", "status", "--workdir", str(tmp_path)], capture_output=True, text=True
     )
     assert proc.returncode == 1
     assert "no local deployment" in proc.stderr
