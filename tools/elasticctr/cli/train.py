@@ -119,11 +119,24 @@ def trainer(
     checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
     checkpoint_minutes: float = typer.Option(None, "--checkpoint-minutes", help="Or minutes."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
+    coordinator: str = typer.Option(
+        None, "--coordinator", help="Elastic mode: lease data tasks from this coordinator URL."
+    ),
 ) -> None:
     """Run one trainer: train every partition; trainer 0 evaluates and exports."""
     from elasticctr.train import config, roles
 
     cfg = config.load(_values_path(values))
+    if coordinator:
+        from elasticctr.train import elastic
+
+        ckpt = checkpoint_dir or (
+            Path(os.environ[C.ENV_TRAIN_CHECKPOINT])
+            if os.environ.get(C.ENV_TRAIN_CHECKPOINT)
+            else None
+        )
+        elastic.main(cfg, elastic.ElasticOptions(coordinator, results=results, checkpoint_dir=ckpt))
+        return
     synthetic = (
         roles.SyntheticPlan(samples=synthetic_samples, partitions=synthetic_partitions)
         if synthetic_samples > 0

@@ -42,7 +42,8 @@ class RoleEnv:
             C.ENV_POD_IP: self.pod_ip,
             C.ENV_PADDLE_PORT: str(self.port),
             C.ENV_GLOO_HTTP_ENDPOINT: self.gloo_endpoint,
-            C.ENV_WITH_GLOO: "1",  # trainer barriers
+            # trainer barriers; none in an elastic job (a dead trainer must not block)
+            C.ENV_WITH_GLOO: "0" if os.environ.get(C.ENV_TRAIN_ELASTIC) == "1" else "1",
             C.ENV_GLOO_RENDEZVOUS: "3",  # HTTP store served by pserver 0
             C.ENV_PIR_API: "0",
         }

@@ -1,0 +1,563 @@
+"""Elastic trainer: leases data tasks from the coordinator instead of static file splits.
+
+No trainer-to-trainer collective is used (Paddle's gloo is switched off for elastic
+trainers: Fleet's barriers then return at once), so a trainer that dies, leaves or
+joins late never blocks the others. What the collectives did is done otherwise:
+
+- which trainer pushes the initial dense parameters: Paddle's trainer 0. Elastic
+  trainer 0 is Paddle's trainer 0 only while the coordinator reports nothing trained
+  yet; any other (or restarted) trainer pulls the parameters instead of overwriting them.
+- the table dump before an export: the coordinator gives the export to one trainer
+  (the chief) once every task of the partition is done; it alone asks the pservers to
+  dump (`_save_distributed_persistables`, which Fleet's `save_persistables` gates on
+  Paddle trainer 0), then exports exactly like `roles.py`.
+- the held-out set: a sample is held out when a hash of its features says so
+  (`heldout_mask`), so it does not depend on which trainer trained which task; trainers
+  skip those rows and the exporter re-reads them from the partition's files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from elasticctr import constants as C
+from elasticctr.coordinator.client import CoordinatorClient
+from elasticctr.errors import EctlError
+from elasticctr.train import env as role_env
+from elasticctr.train import roles
+from elasticctr.train.config import TrainConfig
+
+HOLDOUT_MOD = 10
+"""One sample in HOLDOUT_MOD (by feature hash) is held out for evaluation."""
+EVAL_MAX_SAMPLES = 200_000
+"""The exporter evaluates at most this many held-out samples per partition."""
+
+log = roles.log
+
+
+# --- held-out rule ------------------------------------------------------------------------
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def heldout_mask(batch) -> np.ndarray:
+    """True for the samples every trainer skips and the exporter evaluates on.
+
+    A function of the sample's features only (feasigns per slot), so the held-out set
+    is the same however the data is split into tasks and whoever trains them.
+    """
+    n = len(batch)
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j, (ids, lengths) in enumerate(zip(batch.ids, batch.lengths, strict=True)):
+            mixed = _mix(np.asarray(ids, dtype=np.uint64) + np.uint64(2 * j + 1))
+            owner = np.repeat(np.arange(n), np.asarray(lengths, dtype=np.int64))
+            sums = np.zeros(n, dtype=np.uint64)
+            np.add.at(sums, owner, mixed)
+            h = _mix(h ^ sums ^ np.uint64(j + 1))
+    return h % np.uint64(HOLDOUT_MOD) == 0
+
+
+def take(batch, mask: np.ndarray):
+    """The samples of `batch` where `mask` is true, same layout."""
+    from elasticctr.data.parser import SlotBatch
+
+    ids, lengths = [], []
+    for slot_ids, slot_len in zip(batch.ids, batch.lengths, strict=True):
+        owner = np.repeat(np.arange(len(batch)), np.asarray(slot_len, dtype=np.int64))
+        ids.append(slot_ids[mask[owner]])
+        lengths.append(slot_len[mask])
+    return SlotBatch(batch.slots, ids, lengths, batch.show[mask], batch.click[mask])
+
+
+def _read(cfg: TrainConfig, url: str, start: int = 0, end: int | None = None):
+    from elasticctr.data.parser import iter_batches
+
+    return iter_batches(
+        url,
+        cfg.slots,
+        cfg.model.batch_size,
+        sparse_dim=cfg.sparse_dim,
+        max_error_rate=cfg.max_error_rate,
+        hdfs_ugi=cfg.hdfs_ugi,
+        start=start,
+        end=end,
+    )
+
+
+def heldout_batches(cfg: TrainConfig, partition: str) -> list:
+    """The held-out samples of one partition, re-read from its files (in file order)."""
+    from elasticctr.data import partitions as parts
+
+    found = [p for p in parts.list_partitions(cfg.data_path, partition, partition, cfg.hdfs_ugi)]
+    if not found:
+        raise EctlError(f"partition {partition} not found under {cfg.data_path}")
+    out, total = [], 0
+    for url in parts.data_files(found[0], cfg.hdfs_ugi):
+        for batch in _read(cfg, url):
+            held = take(batch, heldout_mask(batch))
+            if len(held):
+                out.append(held)
+                total += len(held)
+            if total >= EVAL_MAX_SAMPLES:
+                return out
+    return out
+
+
+# --- Paddle without collectives -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _ElasticEnv:
+    """The role env as Paddle sees it in elastic mode: no gloo, own Paddle trainer id."""
+
+    base: role_env.RoleEnv
+    paddle_id: int
+
+    def paddle_env(self) -> dict[str, str]:
+        env = self.base.paddle_env()
+        env[C.ENV_WITH_GLOO] = "0"
+        env[C.ENV_TRAINER_ID] = str(self.paddle_id)
+        env[C.ENV_TRAINERS_NUM] = str(max(self.base.trainers_num, self.paddle_id + 1))
+        return env
+
+
+def _fresh_job(progress: dict) -> bool:
+    return not progress.get("tasks_done") and not any(
+        p.get("exported") for p in progress.get("partitions", [])
+    )
+
+
+class _Heartbeat:
+    """Heartbeats the current lease from a thread; `lost` is set when it is refused."""
+
+    def __init__(self, client: CoordinatorClient):
+        self.client = client
+        self.lease: str | None = None
+        self.every = 1.0
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def track(self, lease: str | None, lease_seconds: float | None = None) -> None:
+        with self._lock:
+            self.lease = lease
+            if lease_seconds:
+                self.every = max(0.2, lease_seconds / 4)
+            self.lost.clear()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with self._lock:
+                lease = self.lease
+            if lease is None:
+                continue
+            try:
+                if not self.client.heartbeat(lease):
+                    self.lost.set()
+            except EctlError as exc:
+                log(f"heartbeat failed: {exc}")
+                self.lost.set()
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+_KEEPALIVE = """
+import sys, time
+from elasticctr.coordinator.client import CoordinatorClient
+url, trainer, what, every = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+client = CoordinatorClient(url, trainer, retry_seconds=every)
+while True:
+    try:
+        client.heartbeat(what)
+    except Exception as exc:  # the coordinator restarting: keep trying
+        print(f"keep-alive: {exc}", file=sys.stderr, flush=True)
+    time.sleep(every)
+"""
+
+
+class _keep_alive:
+    """Heartbeats from a child process while the chief exports.
+
+    A lease-less heartbeat keeps this trainer the live chief; without it an export
+    longer than `lease_seconds` is handed to a second trainer too (seen: two exporters
+    dumping into one folder). A thread cannot do it: Paddle's table-save call holds the
+    GIL for its whole duration (seconds), so the heartbeat thread does not run.
+    """
+
+    def __init__(self, url: str, trainer: str, partition: str, every: float):
+        self.argv = [sys.executable, "-c", _KEEPALIVE, url, trainer, f"export:{partition}"]
+        self.argv.append(str(every))
+
+    def __enter__(self):
+        import subprocess
+
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@dataclasses.dataclass
+class ElasticOptions:
+    coordinator: str
+    staging: Path | None = None
+    pserver_wait: float = C.DEFAULT_PSERVER_WAIT_SECONDS
+    results: Path | None = None
+    checkpoint_dir: Path | None = None
+    log_every: int = 50
+
+
+def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
+    """Lease tasks until the coordinator says `finished`; export when asked (chief)."""
+    name = str(renv.index)
+    client = CoordinatorClient(opts.coordinator, name)
+    progress = client.progress()
+    paddle_id = 0 if renv.index == 0 and _fresh_job(progress) else renv.index + 1
+    log(
+        f"elastic trainer {name} (paddle id {paddle_id}): coordinator {opts.coordinator}, "
+        f"pservers {','.join(renv.pserver_endpoints)}"
+    )
+    stopping = threading.Event()
+
+    def on_term(signum, _frame) -> None:
+        # Preemption notice: give the leases back at once, then leave.
+        stopping.set()
+        try:
+            requeued = client.leave()
+            log(f"SIGTERM: left the job, {requeued} task(s) re-queued")
+        finally:
+            os._exit(0)
+
+    net = roles._init_fleet(_ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots))
+    signal.signal(signal.SIGTERM, on_term)  # after importing paddle, which installs its own
+    paddle = roles._paddle()
+    import paddle.distributed.fleet as fleet
+
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    exe.run(paddle.static.default_startup_program())
+    waited = role_env.wait_for_endpoints(renv.pserver_endpoints, opts.pserver_wait)
+    log(f"all pservers reachable after {waited:.1f}s")
+    t_init = time.monotonic()
+    fleet.init_worker()
+    log(f"worker initialised in {time.monotonic() - t_init:.1f}s (no collectives)")
+    runtime = fleet.fleet._runtime_handle
+    dense_names = roles._dense_names()
+    pull_dense = roles._dense_puller()
+    _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
+    pull_every = int(os.environ.get("ECTL_DENSE_PULL_EVERY", roles.DENSE_PULL_EVERY))
+    main = paddle.static.default_main_program()
+    staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
+    beat = _Heartbeat(client)
+    stats: dict[str, dict] = {}  # per partition, this trainer's share
+    last: dict = {}
+    steps = 0
+    try:
+        while not stopping.is_set():
+            answer = client.lease()
+            kind = answer["kind"]
+            if kind == "finished":
+                break
+            if kind == "wait":
+                time.sleep(float(answer.get("seconds", 1.0)))
+                continue
+            if kind == "export":
+                with _keep_alive(opts.coordinator, name, answer["partition"], beat.every):
+                    last = _export(
+                        cfg, exe, net, runtime, dense_names, answer, staging, stats, opts
+                    )
+                client.exported(answer["partition"], answer["partition"], answer["checkpoint"])
+                continue
+            if kind != "task":
+                raise EctlError(f"coordinator answered an unknown kind {kind!r}")
+            task, lease = answer["task"], answer["lease"]
+            beat.track(lease, float(answer.get("lease_seconds", 60.0)))
+            log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
+            t0, n, abandoned = time.monotonic(), 0, False
+            mine = stats.setdefault(task["partition"], {"losses": [], "samples": 0, "secs": 0.0})
+            for batch in _read(cfg, task["url"], int(task["start"]), int(task["end"])):
+                if beat.lost.is_set():
+                    abandoned = True
+                    break
+                batch = take(batch, ~heldout_mask(batch))
+                if not len(batch):
+                    continue
+                (loss,) = exe.run(main, feed=roles.to_feed(batch, place), fetch_list=[net.loss])
+                if steps % pull_every == 0:
+                    pull_dense()
+                steps += 1
+                n += len(batch)
+                mine["losses"].append(float(np.asarray(loss)))
+                if opts.log_every and steps % opts.log_every == 0:
+                    log(f"step {steps} loss {np.mean(mine['losses'][-50:]):.4f}")
+            beat.track(None)
+            elapsed = time.monotonic() - t0
+            if abandoned:
+                log(f"task {task['id']}: lease lost after {n} samples; abandoned")
+                continue
+            reply = client.complete(lease, n)
+            mine["samples"] += n
+            mine["secs"] += elapsed
+            log(
+                f"task {task['id']} (attempt {task.get('attempts')}): {n} samples in "
+                f"{elapsed:.1f}s; accepted {reply.get('accepted')}"
+            )
+    finally:
+        beat.close()
+    fleet.stop_worker()
+    log("elastic trainer done")
+    return last
+
+
+def _dump_complete(ps_dir: Path) -> bool:
+    sparse = list((ps_dir / "000").glob("part-*"))
+    return len(sparse) >= roles.SPARSE_SHARDS and bool(list((ps_dir / "001").glob("part-*")))
+
+
+QUIET_SECONDS = 2.0
+
+
+def _dump_state(ps_dir: Path) -> tuple:
+    files = sorted(p for p in ps_dir.rglob("*") if p.is_file()) if ps_dir.is_dir() else []
+    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+
+
+def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
+    """Have the pservers dump every table into `ps_dir` (this trainer alone: Fleet's
+    `save_persistables` would wait at a barrier and only act on Paddle trainer 0).
+
+    Measured: the call can return before the sparse table is written (seen once in ~10
+    exports on a loaded machine), so the dump is used only once it is complete and its
+    files stayed unchanged for QUIET_SECONDS.
+    """
+    shutil.rmtree(ps_dir, ignore_errors=True)
+    runtime._worker.save_all_model(str(ps_dir), 0)
+    deadline = time.monotonic() + timeout
+    last, quiet_since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        state = _dump_state(ps_dir)
+        if state != last:
+            last, quiet_since = state, time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_SECONDS and _dump_complete(ps_dir):
+            return
+        time.sleep(0.25)
+    raise EctlError(f"the pservers' dump in {ps_dir} is incomplete after {timeout:.0f}s")
+
+
+def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts) -> dict:
+    """The chief's export of one fully trained partition, as roles.run_trainer does it."""
+    partition = answer["partition"]
+    t0 = time.monotonic()
+    dump_dir = staging / partition.replace("/", "-")
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    runtime._worker.client_flush()
+    _dump_tables(runtime, dump_dir / "ps")
+    log(f"{partition}: tables dumped in {time.monotonic() - t0:.1f}s")
+    dense_meta = roles._save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
+    heldout = heldout_batches(cfg, partition)
+    mine = stats.get(partition, {"losses": [], "samples": 0, "secs": 0.0})
+    losses = mine["losses"]
+    quarter = max(1, len(losses) // 4)
+    train = {
+        "train_loss_first": float(np.mean(losses[:quarter])) if losses else float("nan"),
+        "train_loss_last": float(np.mean(losses[-quarter:])) if losses else float("nan"),
+        "samples_chief": int(mine["samples"]),
+        "samples_per_sec_per_trainer": mine["samples"] / mine["secs"] if mine["secs"] else 0.0,
+    }
+    part = roles.Partition(partition, 0)
+    result = roles._export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
+    if opts.results is not None:
+        import json
+
+        with open(opts.results, "a") as fh:
+            fh.write(json.dumps({"version": partition, **result}) + "\n")
+    if answer.get("checkpoint") and opts.checkpoint_dir:
+        roles.write_checkpoint(
+            opts.checkpoint_dir,
+            dump_dir / "ps",
+            {
+                "version": partition,
+                "model": cfg.model.name,
+                "table_dim": cfg.model.table_dim,
+                "slots": list(cfg.slots),
+            },
+        )
+        log(f"{partition}: checkpoint written to {opts.checkpoint_dir}")
+    if not os.environ.get("ECTL_TRAIN_KEEP_STAGING"):
+        shutil.rmtree(dump_dir, ignore_errors=True)
+    return result
+
+
+def _wait_dense_initialised(paddle, pull_dense, names: list[str], timeout: float) -> None:
+    """Pull the dense parameters until Paddle trainer 0 has pushed its initial values.
+
+    Without the start-up barrier a trainer can be faster than the one that initialises
+    the pservers' dense table (still all zeros then); training from zeros and having
+    the initial values overwrite the result later cost ~0.1 AUC on the test data.
+    """
+    scope = paddle.static.global_scope()
+    deadline = time.monotonic() + timeout
+    while True:
+        pull_dense()
+        if any(np.any(np.asarray(scope.find_var(n).get_tensor())) for n in names):
+            return
+        if time.monotonic() > deadline:
+            raise EctlError(f"the dense parameters were not initialised within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+# --- local elastic job -----------------------------------------------------------------
+
+TRAINER_CAPACITY = 64
+"""Highest trainer id + 1 a local elastic job accepts (trainers may join later)."""
+
+
+class ElasticJob:
+    """`ectl coordinator` + P pservers + T elastic trainers as local processes.
+
+    Trainers may be killed or added while it runs (`kill`, `add_trainer`); the job is
+    done when the coordinator reports `finished` and every live trainer exited 0. The
+    coordinator restarts on failure (its progress is durable); a pserver exit fails the
+    job. Use as a context manager: every process is stopped on exit.
+    """
+
+    def __init__(
+        self,
+        values: Path,
+        log_dir: Path,
+        *,
+        pservers: int = 1,
+        trainers: int = 2,
+        lease_seconds: float = 10.0,
+        task_mb: float = 0.25,
+        state_url: str | None = None,
+        extra_trainer_args: tuple[str, ...] = (),
+        echo=None,
+    ):
+        from elasticctr.local.supervisor import Component, RestartPolicy, Supervisor
+        from elasticctr.net import free_port
+        from elasticctr.train.launcher import LOOPBACK, role_components
+
+        self.log_dir = Path(log_dir)
+        self.port = free_port(LOOPBACK)
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        state = state_url or (self.log_dir / "coordinator.json").resolve().as_uri()
+        comps = role_components(
+            Path(values),
+            pservers,
+            trainers,
+            self.log_dir / "staging",
+            ("--coordinator", self.url, *extra_trainer_args),
+        )
+        self._trainer_template = next(c for c in comps if c.name.startswith("trainer-"))
+        self.sup = Supervisor(self.log_dir, grace=10.0, echo=echo)
+        coord_argv = python_entry_args(
+            "coordinator", "-f", str(values), "--port", str(self.port),
+            "--state-url", state, "--lease-seconds", str(lease_seconds),
+            "--task-mb", str(task_mb), "--poll-seconds", "0.5",
+        )  # fmt: skip
+        self.components = [
+            Component(
+                "coordinator",
+                coord_argv,
+                {},
+                ready_port=(LOOPBACK, self.port),
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        ]
+        for comp in comps:
+            env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
+            if comp.name.startswith("trainer-"):
+                env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
+            self.components.append(dataclasses.replace(comp, env=env))
+        self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
+        self.killed: set[str] = set()
+        self._free_port = free_port
+
+    def __enter__(self) -> ElasticJob:
+        self.sup.__enter__()
+        for comp in self.components:
+            self.sup.start(comp)
+            if comp.name == "coordinator":
+                self.sup.wait_ready("coordinator", timeout=60)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sup.__exit__(*exc)
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.url, "observer", retry_seconds=60)
+
+    def add_trainer(self, index: int) -> str:
+        from elasticctr.train.launcher import LOOPBACK
+
+        name = f"trainer-{index}"
+        env = {
+            **self._trainer_template.env,
+            C.ENV_TRAINER_ID: str(index),
+            C.ENV_TRAINERS_NUM: str(TRAINER_CAPACITY),
+            C.ENV_PADDLE_PORT: str(self._free_port(LOOPBACK)),
+        }
+        self.sup.start(dataclasses.replace(self._trainer_template, name=name, env=env))
+        self.trainers.add(name)
+        return name
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        if name.startswith("trainer-"):
+            self.killed.add(name)
+        self.sup.kill(name, sig)
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        """Until every trainer exited; raise EctlError on a failure or the timeout."""
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int] = {}
+        while self.trainers - set(codes):
+            for name, code in self.sup.poll():
+                codes[name] = code
+                if name in self.killed:
+                    continue
+                if code != 0 or not name.startswith("trainer-"):
+                    raise EctlError(
+                        f"{name} exited with code {code}", hint=f"see {self.sup.log_path(name)}"
+                    )
+            if time.monotonic() > deadline:
+                raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
+            time.sleep(0.3)
+        return codes
+
+
+def python_entry_args(*args: str) -> list[str]:
+    from elasticctr.local.supervisor import python_entry
+
+    return python_entry(*args)
+
+
+def main(cfg: TrainConfig, opts: ElasticOptions) -> dict:
+    renv = role_env.resolve(role=C.ROLE_TRAINER)
+    return run(cfg, renv, opts)
+
+
+if __name__ == "__main__":  # pragma: no cover - use `ectl train trainer --coordinator`
+    sys.exit("use `ectl train trainer --coordinator URL`")
