@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from elasticctr.cube.modelstore import list_versions
 from elasticctr.data import storage
 from elasticctr.data.generate import GeneratorSpec, generate
 from elasticctr.errors import EctlError
@@ -198,16 +199,8 @@ def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup) ->
 
 
 def _versions(store: Path) -> list[str]:
-    root = store / "versions"
-    if not root.is_dir():
-        return []
-    return sorted(
-        f"{day.name}/{hour.name}"
-        for day in root.iterdir()
-        if day.is_dir()
-        for hour in day.iterdir()
-        if (hour / "donefile").exists()
-    )
+    """Complete versions in the model store (the store's own listing, as cube-transfer sees it)."""
+    return list_versions(str(store))
 
 
 def _manifest_samples(store: Path, version: str) -> float:
