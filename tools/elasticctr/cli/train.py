@@ -8,6 +8,7 @@ ectl train --local -p 1 -t 2 -f values.yaml   # P pservers + T trainers on this 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def trainer(
             else None
         )
         elastic.main(cfg, elastic.ElasticOptions(coordinator, results=results, checkpoint_dir=ckpt))
-        return
+        _exit_after_training()
     synthetic = (
         roles.SyntheticPlan(samples=synthetic_samples, partitions=synthetic_partitions)
         if synthetic_samples > 0
@@ -156,6 +157,18 @@ def trainer(
         resume=resume,
     )
     roles.main_trainer(cfg, opts)
+    _exit_after_training()
+
+
+def _exit_after_training() -> None:
+    """Exit 0 without the interpreter's teardown of Paddle's C++ state.
+
+    PS workers can crash in static destructors at exit after a successful run (seen
+    once in CI: an elastic trainer exited -11 after finishing; the same as
+    PaddleFleetX issue 59). Everything is written and flushed by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def register(app: typer.Typer) -> None:

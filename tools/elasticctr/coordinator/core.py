@@ -332,6 +332,9 @@ class Coordinator:
                     "tasks": info["tasks"],
                     "samples_per_s": info["samples"] / max(now - info["first_seen"], 1e-6),
                     "last_seen_s_ago": now - info["last_seen"],
+                    "leased": sorted(
+                        lease.task.id for lease in self._leases.values() if lease.trainer == name
+                    ),
                 }
                 for name, info in self._trainers.items()
             }

@@ -162,6 +162,14 @@ class Supervisor:
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
+    def log_tail(self, name: str, lines: int = 25) -> str:
+        """The last `lines` lines of a component's log, for error messages."""
+        try:
+            text = self.log_path(name).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def running(self) -> list[str]:
         return list(self._running)
 

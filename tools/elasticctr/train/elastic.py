@@ -539,8 +539,10 @@ class ElasticJob:
                 if name in self.killed:
                     continue
                 if code != 0 or not name.startswith("trainer-"):
+                    tail = self.sup.log_tail(name)
                     raise EctlError(
-                        f"{name} exited with code {code}", hint=f"see {self.sup.log_path(name)}"
+                        f"{name} exited with code {code}; its log ends:\n{tail}",
+                        hint=f"see {self.sup.log_path(name)}",
                     )
             if time.monotonic() > deadline:
                 raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
