@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 PARTITION = "20200401/00"
+SECOND = "20200401/01"  # only the pserver test trains two hours (a checkpoint in between)
 LINES = 60000
 # Held-out AUC is not compared between runs here: async PS training on this tiny data
 # varies by more than 0.1 run to run even undisturbed (bench/train/elastic_recovery.py,
@@ -35,7 +36,7 @@ def dataset(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("elastic")
     data = root / "data"
     subprocess.run(
-        [*ECTL, "data", "generate", f"file://{data}", "--hours", "1", "--lines", str(LINES),
+        [*ECTL, "data", "generate", f"file://{data}", "--hours", "2", "--lines", str(LINES),
          "--files", "2", "--slots", "0-7", "--seed", "3"],
         check=True,
         capture_output=True,
@@ -43,7 +44,7 @@ def dataset(tmp_path_factory) -> dict:
     from elasticctr.train import config
     from elasticctr.train.elastic import _read, heldout_mask
 
-    def values(store: Path) -> Path:
+    def values(store: Path, end: str = PARTITION) -> Path:
         path = store.parent / f"{store.name}.yaml"
         path.write_text(
             yaml.safe_dump(
@@ -53,7 +54,7 @@ def dataset(tmp_path_factory) -> dict:
                             "path": f"file://{data}",
                             "slots": list(range(8)),
                             "startDateHour": PARTITION,
-                            "endDateHour": PARTITION,
+                            "endDateHour": end,
                         },
                         "modelStore": f"file://{store}",
                     },
@@ -64,12 +65,23 @@ def dataset(tmp_path_factory) -> dict:
         return path
 
     cfg = config.load(values(root / "probe"))
-    held = total = 0
-    for url in sorted((data / "20200401" / "00").glob("part-*")):
-        for batch in _read(cfg, f"file://{url}"):
-            total += len(batch)
-            held += int(heldout_mask(batch).sum())
-    return {"values": values, "trained": total - held, "heldout": held, "root": root}
+    counts = {}
+    for hour in (PARTITION, SECOND):
+        held = total = 0
+        for url in sorted((data / hour).glob("part-*")):
+            for batch in _read(cfg, f"file://{url}"):
+                total += len(batch)
+                held += int(heldout_mask(batch).sum())
+        counts[hour] = (total - held, held)
+    trained, heldout = counts[PARTITION]
+    return {
+        "values": values,
+        "trained": trained,
+        "heldout": heldout,
+        "trained_two_hours": trained + counts[SECOND][0],
+        "heldout_second": counts[SECOND][1],
+        "root": root,
+    }
 
 
 def _done_log(job) -> dict:
@@ -77,12 +89,12 @@ def _done_log(job) -> dict:
     return json.loads(state)["done"]
 
 
-def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0):
+def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0, end=PARTITION):
     from elasticctr.train.elastic import ElasticJob
 
     store = dataset["root"] / name
     job = ElasticJob(
-        dataset["values"](store),
+        dataset["values"](store, end),
         dataset["root"] / f"{name}-logs",
         trainers=trainers,
         lease_seconds=4.0,
@@ -93,7 +105,7 @@ def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0
         info = act(job) if act else {}
         job.wait(timeout)
         progress = job.client().progress()
-    manifest = verify_version(store / "versions" / "20200401" / "00")
+    manifest = verify_version(store / "versions" / end)
     return job, progress, manifest, {"seconds": time.monotonic() - t0, **(info or {})}
 
 
@@ -182,3 +194,46 @@ def test_sigkill_coordinator_resumes_with_live_trainers(dataset, baseline) -> No
     done = _done_log(job)
     assert sum(d["samples"] for d in done.values()) == dataset["trained"]
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+
+
+def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset) -> None:
+    first_tasks = {}
+
+    def act(job):
+        def second_hour_started():
+            progress = job.client().progress()
+            parts = progress["partitions"]
+            return len(parts) == 2 and parts[0]["exported"] and parts[1]["done"] >= 3 and progress
+
+        before = _wait_for(second_hour_started, 120, "hour 00 checkpointed, hour 01 under way")
+        first_tasks["hour0"] = before["partitions"][0]["tasks"]
+        job.kill("pserver-0", signal.SIGKILL)
+        return {"killed_at": time.monotonic()}
+
+    job, progress, manifest, info = _run(dataset, "kill-pserver", act, timeout=300.0, end=SECOND)
+    assert len(job.restarts) == 1, job.restarts
+    restart = job.restarts[0]
+    assert restart["checkpoint"] == PARTITION
+    assert restart["tasks_done"] >= first_tasks["hour0"]
+    resumed = restart.get("resumed_at", float("nan")) - info["killed_at"]
+    print(
+        f"pserver SIGKILL: job restarted {restart['started_at'] - info['killed_at']:.1f}s and "
+        f"first task done {resumed:.1f}s after the kill"
+    )
+    assert progress["finished"]
+    done = _done_log(job)
+    # Hour 00 came back with the checkpoint (trained once); hour 01 was trained again from
+    # the checkpoint's state, and every sample of both hours is counted exactly once.
+    assert all(d["attempts"] == 1 for t, d in done.items() if t.startswith(PARTITION)), done
+    assert sum(d["samples"] for d in done.values()) == dataset["trained_two_hours"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout_second"]
+    verify_version(dataset["root"] / "kill-pserver" / "versions" / PARTITION)
+    loads = [
+        line
+        for log in job.log_dir.glob("trainer-*.log")
+        for line in log.read_text(errors="replace").splitlines()
+        if "loaded checkpoint 20200401/00 into the pservers" in line
+    ]
+    assert len(loads) == 1, loads
+    final = json.loads((job.checkpoint_dir / "ps" / "coordinator.json").read_text())
+    assert final["checkpoint"] == SECOND

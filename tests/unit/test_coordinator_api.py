@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -40,6 +41,7 @@ def test_full_cycle_through_client(api):
         tasks.append(got["task"])
         assert client.complete(got["lease"], 5)["accepted"]
     assert [(t["start"], t["end"]) for t in tasks] == [(0, 100), (100, 150)]
+    assert json.loads(got.pop("state"))["exported"] == ["20200401/00"]
     assert got == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
     client.exported("20200401/00", "20200401/00", checkpoint=True)
     assert client.lease() == {"kind": "finished"}

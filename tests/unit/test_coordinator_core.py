@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from elasticctr.coordinator import Coordinator, PartitionSpec
-from elasticctr.coordinator.core import split_tasks
+from elasticctr.coordinator.core import split_tasks, state_for_restart
 from elasticctr.errors import EctlError
 
 pytestmark = pytest.mark.fast
@@ -50,8 +52,12 @@ def test_every_task_done_once_then_export_then_finished():
     coord.close_input()
     assert len(drain(coord, "0")) == 2
     export = coord.lease("0")
+    assert export.pop("state")  # a checkpoint export carries the coordinator's state
     assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
-    assert coord.lease("0") == export  # asked again before confirming: the same export
+    assert coord.lease("0") == {
+        **export,
+        "state": coord.lease("0")["state"],
+    }  # asked again before confirming: the same export
     assert coord.lease("1")["kind"] == "wait"  # nobody else gets it
     coord.exported("20200401/00", "0", "20200401/00", checkpoint=True)
     assert coord.lease("0") == {"kind": "finished"}
@@ -100,7 +106,7 @@ def test_leave_requeues_immediately():
 
 
 def test_window_limits_partitions_in_flight_and_exports_in_order():
-    coord = Coordinator(task_bytes=100, window=1)
+    coord = Coordinator(task_bytes=100, window=1, checkpoint_every=2)
     coord.add_partition(spec("20200401/00", 100, 100))
     coord.add_partition(spec("20200401/01", 100))
     a = coord.lease("0")
@@ -153,7 +159,12 @@ def test_chief_death_hands_export_to_next_trainer():
     coord.complete(held["lease"], "1", 5)
     assert coord.lease("0")["kind"] == "export"  # trainer 0 is the chief ...
     clock.now = 30  # ... and dies before confirming
-    assert coord.lease("1") == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
+    handed = coord.lease("1")
+    assert (handed["kind"], handed["partition"], handed["checkpoint"]) == (
+        "export",
+        "20200401/00",
+        True,
+    )
 
 
 def test_bad_inputs():
@@ -166,3 +177,97 @@ def test_bad_inputs():
         coord.exported("20990101/00", "0", "v", checkpoint=False)
     with pytest.raises(EctlError, match="samples"):
         coord.complete("x", "0", -1)
+
+
+def test_checkpoint_export_drains_leases_and_carries_the_state():
+    coord = Coordinator(task_bytes=100, window=2)
+    coord.add_partition(spec("20200401/00", 100))
+    coord.add_partition(spec("20200401/01", 100, 100))
+    a = coord.lease("0")
+    b = coord.lease("1")  # hour 01's first task (window 2)
+    assert (a["task"]["partition"], b["task"]["partition"]) == ("20200401/00", "20200401/01")
+    coord.complete(a["lease"], "0", 10)
+    # Hour 00 is complete and due for a checkpoint: no new task, the chief waits for b.
+    assert coord.lease("1")["kind"] == "wait"
+    assert coord.lease("0")["kind"] == "wait"
+    assert coord.progress()["draining"]
+    coord.complete(b["lease"], "1", 7)
+    export = coord.lease("0")
+    assert export["kind"] == "export" and export["checkpoint"]
+    state = json.loads(export["state"])
+    assert sorted(state["done"]) == sorted([a["task"]["id"], b["task"]["id"]])
+    assert state["exported"] == ["20200401/00"]
+    assert coord.lease("1")["kind"] == "wait"  # still draining until confirmed
+    coord.exported("20200401/00", "0", "20200401/00", checkpoint=True)
+    assert coord.lease("1")["kind"] == "task"
+
+
+def test_no_drain_between_checkpoints():
+    coord = Coordinator(task_bytes=100, window=2, checkpoint_every=2)
+    coord.add_partition(spec("20200401/00", 100))
+    coord.add_partition(spec("20200401/01", 100, 100))
+    a = coord.lease("0")
+    coord.lease("1")
+    coord.complete(a["lease"], "0", 10)
+    assert coord.lease("1")["kind"] == "task"  # not a checkpoint export: keep training
+    export = coord.lease("0")
+    assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": False}
+
+
+def test_restart_from_checkpoint_loads_first_then_trains_the_rest():
+    coord = Coordinator(task_bytes=100)
+    coord.add_partition(spec("20200401/00", 100))
+    coord.add_partition(spec("20200401/01", 100, 100))
+    drain(coord, "0")
+    export = coord.lease("0")
+    checkpoint_state = export["state"]
+    coord.exported("20200401/00", "0", "20200401/00", checkpoint=True)
+    drain(coord, "0")  # hour 01 trained too, then the pservers die: that work is lost
+
+    restarted = Coordinator(task_bytes=100)
+    assert json.loads(checkpoint_state)["checkpoint"] == "20200401/00"
+    restarted.restore(state_for_restart(checkpoint_state))
+    restarted.add_partition(spec("20200401/00", 100))
+    restarted.add_partition(spec("20200401/01", 100, 100))
+    assert restarted.progress()["load_pending"] == "20200401/00"
+    assert restarted.lease("1") == {"kind": "load", "version": "20200401/00"}
+    assert restarted.lease("0")["kind"] == "wait"  # nobody trains before the load
+    assert restarted.lease("1")["kind"] == "load"  # asked again: the same load
+    with pytest.raises(EctlError, match="required"):
+        restarted.loaded("1", "20200331/23")
+    restarted.loaded("1", "20200401/00")
+    assert len(drain(restarted, "0")) == 2  # hour 01 again, hour 00 not
+    assert restarted.lease("0")["partition"] == "20200401/01"
+    assert restarted.progress()["partitions"][0]["exported"]
+
+
+def test_a_dead_loader_hands_the_load_to_another_trainer():
+    clock = Clock()
+    coord = Coordinator(lease_seconds=10, clock=clock)
+    coord.restore(state_for_restart(None))
+    assert coord.progress()["load_pending"] is None and coord.progress()["tasks_done"] == 0
+    coord.restore(
+        state_for_restart(
+            json.dumps(
+                {"state_version": 1, "done": {}, "exported": [], "checkpoint": "20200401/00"}
+            )
+        )
+    )
+    assert coord.lease("0")["kind"] == "load"
+    clock.now = 5
+    assert coord.lease("1")["kind"] == "wait"
+    clock.now = 12  # trainer 0 silent for a whole lease period
+    assert coord.lease("1")["kind"] == "load"
+
+
+def test_state_files_are_checked():
+    with pytest.raises(EctlError, match="not valid JSON"):
+        state_for_restart("{")
+    with pytest.raises(EctlError, match="unsupported"):
+        state_for_restart('{"state_version": 99}')
+    with pytest.raises(EctlError, match="unsupported"):
+        state_for_restart("[1, 2]")
+    with pytest.raises(EctlError, match="lacks"):
+        state_for_restart('{"state_version": 1, "done": []}')
+    with pytest.raises(EctlError, match="does not name"):
+        state_for_restart('{"state_version": 1, "done": {}, "exported": []}')

@@ -30,6 +30,11 @@ def coordinator(
     window: int = typer.Option(2, min=1, help="Partitions trained at the same time."),
     checkpoint_every: int = typer.Option(1, min=1, help="Checkpoint every N exports."),
     poll_seconds: float = typer.Option(30.0, min=0.05, help="How often to look for new hours."),
+    from_checkpoint: str | None = typer.Option(
+        None,
+        help="This start is a job (re)start: take progress from this checkpoint folder "
+        "(the trainers' --checkpoint-dir), not from the state file.",
+    ),
 ) -> None:
     """Hand out leased data tasks to trainers and record progress durably.
 
@@ -37,7 +42,12 @@ def coordinator(
 
       ectl coordinator -f values/demo.yaml --port 8300
     """
-    from elasticctr.coordinator.runtime import STATE_FILE, CoordinatorSettings, run
+    from elasticctr.coordinator.runtime import (
+        STATE_FILE,
+        CoordinatorSettings,
+        restart_from_checkpoint,
+        run,
+    )
     from elasticctr.data import storage
 
     data: dict = {}
@@ -64,6 +74,9 @@ def coordinator(
             raise EctlError("no place for progress", hint="pass --state-url or global.modelStore")
         state_url = storage.join(model_store, STATE_FILE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if from_checkpoint:
+        ugi = hdfs_ugi or data.get("ugi")
+        logging.info("%s", restart_from_checkpoint(from_checkpoint, state_url, ugi)["message"])
     settings = CoordinatorSettings(
         dataset_path=dataset,
         start=first,

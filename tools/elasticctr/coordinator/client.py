@@ -65,6 +65,9 @@ class CoordinatorClient:
             "/v1/exported", {"partition": partition, "version": version, "checkpoint": checkpoint}
         )
 
+    def loaded(self, version: str) -> None:
+        self._post("/v1/loaded", {"version": version})
+
     def progress(self) -> dict:
         resp = self._session.get(self.url + "/v1/progress", timeout=self.timeout)
         resp.raise_for_status()

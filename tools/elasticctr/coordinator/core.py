@@ -7,6 +7,12 @@ Semantics (docs/coordinator.md):
   acknowledged, so a restarted coordinator resumes at the first unfinished task.
 - When every task of a partition is done, exactly one trainer (the chief: the lowest
   live trainer id) is asked to export it; the export is recorded when confirmed.
+- A checkpoint export drains first: no new task is leased until it is confirmed, and
+  it is handed out only once no lease is outstanding, so the pservers' dump contains
+  exactly the done tasks of the snapshot that travels with it (`state` in the answer;
+  the chief stores it in the checkpoint).
+- A job restarted from a checkpoint starts from that snapshot with a pending `load`:
+  one trainer loads the checkpoint into the (fresh) pservers, nobody trains before.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from elasticctr.errors import EctlError
 
 STATE_VERSION = 1
+CHECKPOINT_STATE = "coordinator.json"
+"""The coordinator's snapshot inside a checkpoint's `ps/` folder, beside the tables."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class Coordinator:
         self._input_closed = False
         self._exports_since_checkpoint = 0
         self._restored_exports: set[str] = set()
+        self._load: str | None = None  # checkpoint version the pservers must load first
+        self._load_leased_to: str | None = None
 
     # -- input -----------------------------------------------------------------------
     def add_partition(self, spec: PartitionSpec) -> bool:
@@ -144,15 +154,22 @@ class Coordinator:
 
     # -- trainer API -----------------------------------------------------------------
     def lease(self, trainer: str) -> dict:
-        """Next thing for `trainer` to do: export, task, wait or finished."""
+        """Next thing for `trainer` to do: load, export, task, wait or finished."""
         with self._lock:
             now = self._clock()
             self._touch(trainer, now)
             self._expire(now)
+            if self._load is not None:
+                if self._load_leased_to in (None, trainer) or (
+                    self._load_leased_to not in self._trainers
+                ):
+                    self._load_leased_to = trainer
+                    return {"kind": "load", "version": self._load}
+                return {"kind": "wait", "seconds": min(2.0, self.lease_seconds / 4)}
             export = self._export_for(trainer)
             if export is not None:
                 return export
-            task = self._next_task()
+            task = None if self._draining() else self._next_task()
             if task is not None:
                 task.attempts += 1
                 lease = Lease(uuid.uuid4().hex, task, trainer, now + self.lease_seconds)
@@ -166,6 +183,17 @@ class Coordinator:
             if self.finished():
                 return {"kind": "finished"}
             return {"kind": "wait", "seconds": min(5.0, self.lease_seconds / 4)}
+
+    def loaded(self, trainer: str, version: str) -> None:
+        """The pservers hold the checkpoint `version` now: training may start."""
+        with self._lock:
+            self._touch(trainer, self._clock())
+            if self._load is None:
+                return  # a repeated confirmation
+            if version != self._load:
+                raise EctlError(f"loaded checkpoint {version}, but {self._load} is required")
+            self._load = self._load_leased_to = None
+            self._persist()
 
     def heartbeat(self, lease_id: str, trainer: str) -> bool:
         """Extend a lease; False if it is gone (expired and re-queued): stop that task."""
@@ -276,32 +304,58 @@ class Coordinator:
                 return self._tasks[tid]
         return None
 
-    def _export_for(self, trainer: str) -> dict | None:
-        """The oldest complete, unexported partition goes to the chief trainer, in order."""
+    def _next_export(self) -> _Partition | None:
+        """The oldest complete, unexported partition, if it is next in time order."""
         for pid in self._order:
             part = self._partitions[pid]
             if part.exported:
                 continue
-            if len(part.done) < len(part.task_ids):
-                return None  # exports happen in time order
-            if part.export_leased_to == trainer:
-                # Asked again before confirming (e.g. the trainer restarted): same answer.
-                return {"kind": "export", "partition": pid, "checkpoint": part.checkpoint}
-            live = sorted(self._trainers, key=_trainer_sort_key)
-            chief = live[0] if live else trainer
-            if part.export_leased_to is not None or chief != trainer:
-                return None
-            part.export_leased_to = trainer
-            self._trainers[trainer]["export_partition"] = pid
-            self._exports_since_checkpoint += 1
-            part.checkpoint = self._exports_since_checkpoint >= self.checkpoint_every
-            return {"kind": "export", "partition": pid, "checkpoint": part.checkpoint}
+            return part if len(part.done) == len(part.task_ids) else None
         return None
+
+    def _checkpoint_due(self) -> bool:
+        return self._exports_since_checkpoint + 1 >= self.checkpoint_every
+
+    def _draining(self) -> bool:
+        """A checkpoint export is next: lease no new task until it is confirmed."""
+        part = self._next_export()
+        if part is None:
+            return False
+        return part.checkpoint if part.export_leased_to is not None else self._checkpoint_due()
+
+    def _export_for(self, trainer: str) -> dict | None:
+        """The oldest complete, unexported partition goes to the chief trainer, in order."""
+        part = self._next_export()
+        if part is None:
+            return None
+        if part.export_leased_to == trainer:
+            # Asked again before confirming (e.g. the trainer restarted): same answer.
+            return self._export_answer(part)
+        live = sorted(self._trainers, key=_trainer_sort_key)
+        chief = live[0] if live else trainer
+        if part.export_leased_to is not None or chief != trainer:
+            return None
+        checkpoint = self._checkpoint_due()
+        if checkpoint and self._leases:
+            return None  # draining: the dump must not contain half-trained tasks
+        part.export_leased_to = trainer
+        self._trainers[trainer]["export_partition"] = part.id
+        self._exports_since_checkpoint += 1
+        part.checkpoint = checkpoint
+        return self._export_answer(part)
+
+    def _export_answer(self, part: _Partition) -> dict:
+        answer = {"kind": "export", "partition": part.id, "checkpoint": part.checkpoint}
+        if part.checkpoint:
+            # What the checkpoint holds: every done task, this partition exported.
+            answer["state"] = self._snapshot(checkpoint=part.id)
+        return answer
 
     def finished(self) -> bool:
         with self._lock:
             return (
                 self._input_closed
+                and self._load is None
                 and not self._pending
                 and not self._leases
                 and all(self._partitions[p].exported for p in self._order)
@@ -348,38 +402,72 @@ class Coordinator:
                 "samples": sum(d["samples"] for d in self._done_log.values()),
                 "trainers": trainers,
                 "input_closed": self._input_closed,
+                "load_pending": self._load,
+                "draining": self._draining(),
                 "finished": self.finished(),
             }
 
     def snapshot(self) -> str:
         """The durable state: done tasks and exported partitions (leases are not kept)."""
         with self._lock:
-            return json.dumps(
-                {
-                    "state_version": STATE_VERSION,
-                    "done": self._done_log,
-                    "exported": [p for p in self._order if self._partitions[p].exported],
-                    "input_closed": self._input_closed,
-                },
-                sort_keys=True,
-            )
+            return self._snapshot()
+
+    def _snapshot(self, checkpoint: str | None = None) -> str:
+        """`checkpoint`: the state a checkpoint of that partition holds (it counts as
+        exported; the job restarted from it has to load it first)."""
+        exported = [p for p in self._order if self._partitions[p].exported or p == checkpoint]
+        state = {
+            "state_version": STATE_VERSION,
+            "done": self._done_log,
+            "exported": exported,
+            "input_closed": self._input_closed,
+            "load": self._load,
+        }
+        if checkpoint is not None:
+            state["checkpoint"] = checkpoint
+        return json.dumps(state, sort_keys=True)
 
     def restore(self, text: str) -> None:
         """Load a snapshot before partitions are re-added (done tasks are then skipped)."""
-        try:
-            state = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise EctlError(f"coordinator state is not valid JSON: {exc}") from exc
-        if state.get("state_version") != STATE_VERSION:
-            raise EctlError(f"coordinator state version {state.get('state_version')} unsupported")
+        state = parse_state(text)
         with self._lock:
             self._done_log = dict(state["done"])
             self._restored_exports = set(state["exported"])
             self._input_closed = False  # the discovery loop closes it again if so
+            self._load = state.get("load")
 
     def _persist(self) -> None:
         if self._save is not None:
             self._save(self.snapshot())
+
+
+def parse_state(text: str) -> dict:
+    """A snapshot's JSON, checked: a clear error for a corrupted or foreign file."""
+    try:
+        state = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EctlError(f"coordinator state is not valid JSON: {exc}") from exc
+    if not isinstance(state, dict) or state.get("state_version") != STATE_VERSION:
+        version = state.get("state_version") if isinstance(state, dict) else None
+        raise EctlError(f"coordinator state version {version} unsupported")
+    if not isinstance(state.get("done"), dict) or not isinstance(state.get("exported"), list):
+        raise EctlError("coordinator state lacks 'done' or 'exported'")
+    return state
+
+
+def state_for_restart(checkpoint_state: str | None) -> str:
+    """The state a job restarted from a checkpoint starts with: the checkpoint's own
+    snapshot plus a pending load of it, or an empty state when there is no checkpoint
+    (the pservers are fresh: nothing trained before survives)."""
+    if checkpoint_state is None:
+        return json.dumps(
+            {"state_version": STATE_VERSION, "done": {}, "exported": [], "input_closed": False}
+        )
+    state = parse_state(checkpoint_state)
+    if not isinstance(state.get("checkpoint"), str):
+        raise EctlError("the checkpoint's coordinator state does not name its checkpoint")
+    state["load"] = state["checkpoint"]
+    return json.dumps(state, sort_keys=True)
 
 
 def _new_trainer(now: float) -> dict:

@@ -3,12 +3,18 @@ from the dataset path, and the HTTP server — one process, as in a Volcano task
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from elasticctr.coordinator.core import Coordinator, PartitionSpec
+from elasticctr.coordinator.core import (
+    CHECKPOINT_STATE,
+    Coordinator,
+    PartitionSpec,
+    state_for_restart,
+)
 from elasticctr.coordinator.server import CoordinatorServer, feed, serve
 from elasticctr.data import partitions, storage
 from elasticctr.errors import EctlError
@@ -72,6 +78,25 @@ def build(settings: CoordinatorSettings) -> Coordinator:
         coordinator.restore(storage.read_text(settings.state_url, settings.hdfs_ugi))
         log.info("resumed coordinator state from %s", settings.state_url)
     return coordinator
+
+
+def restart_from_checkpoint(checkpoint: str, state_url: str, hdfs_ugi: str | None = None) -> dict:
+    """A job (re)start: replace the progress record at `state_url` with the snapshot kept
+    in the checkpoint folder `checkpoint` (or with nothing, when there is no checkpoint
+    yet). The pservers are fresh, so tasks done after the checkpoint are lost with them
+    and must be trained again; the first trainer loads the checkpoint before anyone
+    trains. Returns {"message", "checkpoint" (version or None), "tasks_done"}."""
+    path = storage.join(checkpoint, "ps", CHECKPOINT_STATE)
+    text = storage.read_text(path, hdfs_ugi) if storage.exists(path, hdfs_ugi) else None
+    state = state_for_restart(text)
+    storage.write_text(state_url, state, hdfs_ugi)
+    parsed = json.loads(state)
+    version = parsed.get("load")
+    if version is None:
+        message = f"no checkpoint in {checkpoint}: starting with no progress"
+    else:
+        message = f"restarting from checkpoint {version} in {checkpoint}"
+    return {"message": message, "checkpoint": version, "tasks_done": len(parsed["done"])}
 
 
 def run(settings: CoordinatorSettings, host: str, port: int) -> None:

@@ -2,12 +2,13 @@
 task, never on the sample path), plus the discovery loop that feeds it partitions.
 
 API (docs/coordinator.md):
-  POST /v1/lease      {"trainer"}                          -> task | export | wait | finished
+  POST /v1/lease      {"trainer"}                    -> load | task | export | wait | finished
   POST /v1/heartbeat  {"lease", "trainer"}                 -> {"ok": bool}
   POST /v1/complete   {"lease", "trainer", "samples"}      -> {"accepted", ...}
   POST /v1/fail       {"lease", "trainer", "reason"}       -> {"ok": true}
   POST /v1/leave      {"trainer"}                          -> {"requeued": n}
   POST /v1/exported   {"partition","trainer","version","checkpoint"} -> {"ok": true}
+  POST /v1/loaded     {"trainer", "version"}               -> {"ok": true}
   GET  /v1/progress   GET /healthz   GET /metrics (Prometheus text)
 """
 
@@ -109,6 +110,9 @@ class _Handler(BaseHTTPRequestHandler):
                     _field(body, "version", str),
                     bool(body.get("checkpoint", False)),
                 )
+                return self._reply(200, {"ok": True})
+            if self.path == "/v1/loaded":
+                coord.loaded(trainer, _field(body, "version", str))
                 return self._reply(200, {"ok": True})
             return self._reply(404, {"error": f"no such endpoint {self.path}"})
         except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError

@@ -31,6 +31,7 @@ import numpy as np
 
 from elasticctr import constants as C
 from elasticctr.coordinator.client import CoordinatorClient
+from elasticctr.coordinator.core import CHECKPOINT_STATE
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
 from elasticctr.train import roles
@@ -139,6 +140,8 @@ class _ElasticEnv:
 
 
 def _fresh_job(progress: dict) -> bool:
+    if progress.get("load_pending"):
+        return False
     return not progress.get("tasks_done") and not any(
         p.get("exported") for p in progress.get("partitions", [])
     )
@@ -266,7 +269,12 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     runtime = fleet.fleet._runtime_handle
     dense_names = roles._dense_names()
     pull_dense = roles._dense_puller()
-    _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
+    # After a job restart one trainer loads the checkpoint first; until then the dense
+    # table is empty, so the wait for it moves to the first task.
+    dense_ready = bool(progress.get("load_pending"))
+    if not dense_ready:
+        _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
+        dense_ready = True
     pull_every = int(os.environ.get("ECTL_DENSE_PULL_EVERY", roles.DENSE_PULL_EVERY))
     main = paddle.static.default_main_program()
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
@@ -290,8 +298,16 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                     )
                 client.exported(answer["partition"], answer["partition"], answer["checkpoint"])
                 continue
+            if kind == "load":
+                with _keep_alive(opts.coordinator, name, "load", beat.every):
+                    _load_checkpoint(runtime, opts.checkpoint_dir, answer["version"])
+                client.loaded(answer["version"])
+                continue
             if kind != "task":
                 raise EctlError(f"coordinator answered an unknown kind {kind!r}")
+            if not dense_ready:
+                _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
+                dense_ready = True
             task, lease = answer["task"], answer["lease"]
             beat.track(lease, float(answer.get("lease_seconds", 60.0)))
             log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
@@ -329,6 +345,26 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     fleet.stop_worker()
     log("elastic trainer done")
     return last
+
+
+def _load_checkpoint(runtime, checkpoint_dir: Path | None, version: str) -> None:
+    """Load the checkpoint into the (restarted, empty) pservers: this trainer alone, no
+    barrier (Fleet's `load_model` would wait at one and act on Paddle trainer 0 only)."""
+    if checkpoint_dir is None:
+        raise EctlError(
+            f"the job restarts from checkpoint {version}, but this trainer has no checkpoint "
+            f"folder (--checkpoint-dir or {C.ENV_TRAIN_CHECKPOINT})"
+        )
+    progress = roles.read_checkpoint(checkpoint_dir)
+    if progress is None or progress.get("version") != version:
+        found = progress.get("version") if progress else "none"
+        raise EctlError(
+            f"the coordinator restarts from checkpoint {version}, but {checkpoint_dir} holds "
+            f"{found}: every trainer must see the same checkpoint folder"
+        )
+    t0 = time.monotonic()
+    runtime._worker.load_model(str(Path(checkpoint_dir) / "ps"), 0)
+    log(f"loaded checkpoint {version} into the pservers in {time.monotonic() - t0:.1f}s")
 
 
 def _dump_complete(ps_dir: Path) -> bool:
@@ -387,13 +423,21 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts) -
         "samples_per_sec_per_trainer": mine["samples"] / mine["secs"] if mine["secs"] else 0.0,
     }
     part = roles.Partition(partition, 0)
-    result = roles._export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
+    if roles.export.published(cfg.model_store, partition):
+        # Exported before the job restarted from an older checkpoint: a published version
+        # is immutable (cube and serving may hold it), so the retrained one is not.
+        log(f"{partition}: already published before the job restart; keeping that version")
+        result = {"republished": False, **train}
+    else:
+        result = roles._export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
     if opts.results is not None:
         import json
 
         with open(opts.results, "a") as fh:
             fh.write(json.dumps({"version": partition, **result}) + "\n")
     if answer.get("checkpoint") and opts.checkpoint_dir:
+        # The coordinator's progress at the dump travels inside the checkpoint's ps/.
+        (dump_dir / "ps" / CHECKPOINT_STATE).write_text(answer["state"])
         roles.write_checkpoint(
             opts.checkpoint_dir,
             dump_dir / "ps",
@@ -438,9 +482,16 @@ class ElasticJob:
     """`ectl coordinator` + P pservers + T elastic trainers as local processes.
 
     Trainers may be killed or added while it runs (`kill`, `add_trainer`); the job is
-    done when the coordinator reports `finished` and every live trainer exited 0. The
-    coordinator restarts on failure (its progress is durable); a pserver exit fails the
-    job. Use as a context manager: every process is stopped on exit.
+    done when the coordinator reports `finished` and every live trainer exited 0.
+    Restart policies (the chart's Volcano policies, docs/coordinator.md):
+    - a trainer that dies is not replaced: its lease expires and another trainer
+      retrains that one task;
+    - the coordinator alone restarts on failure (its progress file is durable and the
+      pservers still hold everything it records);
+    - a pserver exit restarts the whole job from the last checkpoint (up to
+      `max_restarts` times): every role is stopped, the coordinator's progress is reset
+      to the checkpoint's, and one trainer loads the checkpoint into the new pservers.
+    Use as a context manager: every process is stopped on exit.
     """
 
     def __init__(
@@ -453,6 +504,9 @@ class ElasticJob:
         lease_seconds: float = 10.0,
         task_mb: float = 0.25,
         state_url: str | None = None,
+        checkpoint_dir: Path | None = None,
+        checkpoint_every: int = 1,
+        max_restarts: int = 3,
         extra_trainer_args: tuple[str, ...] = (),
         echo=None,
     ):
@@ -464,6 +518,11 @@ class ElasticJob:
         self.port = free_port(LOOPBACK)
         self.url = f"http://{LOOPBACK}:{self.port}"
         state = state_url or (self.log_dir / "coordinator.json").resolve().as_uri()
+        self.state_url = state
+        self.checkpoint_dir = Path(checkpoint_dir or self.log_dir / "checkpoint").resolve()
+        self.max_restarts = max_restarts
+        self.restarts: list[dict] = []  # {"reason", "stopped_at", "started_at"} per restart
+        self.echo = echo or (lambda _msg: None)
         comps = role_components(
             Path(values),
             pservers,
@@ -472,11 +531,20 @@ class ElasticJob:
             ("--coordinator", self.url, *extra_trainer_args),
         )
         self._trainer_template = next(c for c in comps if c.name.startswith("trainer-"))
+        self._trainer_template = dataclasses.replace(
+            self._trainer_template,
+            env={
+                **self._trainer_template.env,
+                C.ENV_TRAIN_ELASTIC: "1",
+                C.ENV_TRAIN_CHECKPOINT: str(self.checkpoint_dir),
+            },
+        )
         self.sup = Supervisor(self.log_dir, grace=10.0, echo=echo)
         coord_argv = python_entry_args(
             "coordinator", "-f", str(values), "--port", str(self.port),
             "--state-url", state, "--lease-seconds", str(lease_seconds),
             "--task-mb", str(task_mb), "--poll-seconds", "0.5",
+            "--checkpoint-every", str(checkpoint_every),
         )  # fmt: skip
         self.components = [
             Component(
@@ -491,9 +559,11 @@ class ElasticJob:
             env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
             if comp.name.startswith("trainer-"):
                 env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
+                env[C.ENV_TRAIN_CHECKPOINT] = str(self.checkpoint_dir)
             self.components.append(dataclasses.replace(comp, env=env))
         self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
         self.killed: set[str] = set()
+        self._by_name = {c.name: c for c in self.components}
         self._free_port = free_port
 
     def __enter__(self) -> ElasticJob:
@@ -520,7 +590,9 @@ class ElasticJob:
             C.ENV_TRAINERS_NUM: str(TRAINER_CAPACITY),
             C.ENV_PADDLE_PORT: str(self._free_port(LOOPBACK)),
         }
-        self.sup.start(dataclasses.replace(self._trainer_template, name=name, env=env))
+        comp = dataclasses.replace(self._trainer_template, name=name, env=env)
+        self._by_name[name] = comp
+        self.sup.start(comp)
         self.trainers.add(name)
         return name
 
@@ -533,8 +605,12 @@ class ElasticJob:
         """Until every trainer exited; raise EctlError on a failure or the timeout."""
         deadline = time.monotonic() + timeout
         codes: dict[str, int] = {}
-        while self.trainers - set(codes):
+        while self.trainers - set(codes) - self.killed:
             for name, code in self.sup.poll():
+                if name.startswith("pserver-"):
+                    self._restart_job(f"{name} exited with code {code}")
+                    codes.clear()
+                    break
                 codes[name] = code
                 if name in self.killed:
                     continue
@@ -544,10 +620,55 @@ class ElasticJob:
                         f"{name} exited with code {code}; its log ends:\n{tail}",
                         hint=f"see {self.sup.log_path(name)}",
                     )
+            self._note_resumed()
             if time.monotonic() > deadline:
                 raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
             time.sleep(0.3)
         return codes
+
+    def _note_resumed(self) -> None:
+        """After a restart: when the first task is done again (recovery time)."""
+        last = self.restarts[-1] if self.restarts else None
+        if last is None or "resumed_at" in last:
+            return
+        try:
+            done = self.client().progress()["tasks_done"]
+        except Exception:  # the coordinator is starting: ask again next round
+            return
+        if done > last["tasks_done"]:
+            last["resumed_at"] = time.monotonic()
+            self.echo(f"training resumed {last['resumed_at'] - last['stopped_at']:.1f}s after")
+
+    def _restart_job(self, reason: str) -> None:
+        """Volcano's RestartJob, locally: stop every role, reset the coordinator's
+        progress to the checkpoint's, start everything again."""
+        from elasticctr.coordinator.runtime import restart_from_checkpoint
+
+        if len(self.restarts) >= self.max_restarts:
+            raise EctlError(
+                f"{reason}; the job was already restarted {len(self.restarts)} times",
+                hint=f"logs in {self.log_dir}",
+            )
+        stopped_at = time.monotonic()
+        alive = sorted(self.trainers - self.killed)
+        self.echo(f"{reason}: restarting the job from the checkpoint in {self.checkpoint_dir}")
+        for name in list(self.sup.running()):
+            self.sup.kill(name, signal.SIGKILL)
+            self.sup.stop(name)
+        restart = restart_from_checkpoint(self.checkpoint_dir.as_uri(), self.state_url)
+        self.echo(restart["message"])
+        self.restarts.append({"reason": reason, "stopped_at": stopped_at, **restart})
+        self.trainers = set(alive)
+        for comp in self.components:
+            if comp.name.startswith("trainer-") and comp.name not in alive:
+                continue
+            self.sup.start(comp)
+            if comp.name == "coordinator":
+                self.sup.wait_ready("coordinator", timeout=60)
+        for name in alive:
+            if not any(c.name == name for c in self.components):
+                self.sup.start(self._by_name[name])
+        self.restarts[-1]["started_at"] = time.monotonic()
 
 
 def python_entry_args(*args: str) -> list[str]:

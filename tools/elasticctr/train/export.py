@@ -224,6 +224,14 @@ def build_version(
     return manifest
 
 
+def published(store: str, version_id: str) -> bool:
+    """Whether the model store already holds this version (its donefile exists)."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(f"{store.rstrip('/')}/{version_path(version_id)}")
+    return bool(fs.exists(f"{root}/{DONEFILE}"))
+
+
 def publish(local_dir: Path, store: str, version_id: str) -> str:
     """Copy a built version into the model store, donefile last; return its URL/path."""
     import fsspec
