@@ -271,3 +271,37 @@ def test_state_files_are_checked():
         state_for_restart('{"state_version": 1, "done": []}')
     with pytest.raises(EctlError, match="does not name"):
         state_for_restart('{"state_version": 1, "done": {}, "exported": []}')
+
+
+def test_restart_from_checkpoint_rewrites_the_state_file(tmp_path):
+    from elasticctr.coordinator.runtime import restart_from_checkpoint
+
+    state = tmp_path / "progress" / "coordinator.json"
+    state.parent.mkdir()
+    state.write_text('{"stale": true}')
+    ckpt = tmp_path / "checkpoint"
+    got = restart_from_checkpoint(str(ckpt), str(state))
+    assert got["checkpoint"] is None and got["tasks_done"] == 0
+    assert json.loads(state.read_text())["done"] == {}  # no checkpoint: nothing survives
+
+    (ckpt / "ps").mkdir(parents=True)
+    done = {"20200401/00#0.0": {"samples": 5, "trainer": "0", "attempts": 1}}
+    snapshot = {"state_version": 1, "done": done, "exported": ["20200401/00"]}
+    (ckpt / "ps" / "coordinator.json").write_text(
+        json.dumps({**snapshot, "checkpoint": "20200401/00"})
+    )
+    got = restart_from_checkpoint(ckpt.as_uri(), state.as_uri())
+    assert got == {
+        "message": f"restarting from checkpoint 20200401/00 in {ckpt.as_uri()}",
+        "checkpoint": "20200401/00",
+        "tasks_done": 1,
+    }
+    coord = Coordinator(task_bytes=100)
+    coord.restore(state.read_text())
+    assert coord.progress()["load_pending"] == "20200401/00"
+
+    (ckpt / "ps" / "coordinator.json").write_text("{truncated")
+    before = state.read_text()
+    with pytest.raises(EctlError, match="not valid JSON"):
+        restart_from_checkpoint(str(ckpt), str(state))
+    assert state.read_text() == before  # a corrupted checkpoint changes nothing

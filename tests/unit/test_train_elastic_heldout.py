@@ -56,3 +56,29 @@ def test_heldout_rows_are_the_same_whatever_the_byte_ranges(tmp_path: Path) -> N
     # complement: trained rows + held-out rows = all rows
     trained = sum(len(take(b, ~heldout_mask(b))) for b in _read(cfg, url))
     assert trained + n_whole == 3000
+
+
+def test_a_checkpoint_of_another_layout_is_refused_before_loading(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from elasticctr.errors import EctlError
+    from elasticctr.train.elastic import _load_checkpoint
+
+    cfg = _cfg(tmp_path)
+    ckpt = tmp_path / "checkpoint"
+    (ckpt / "ps").mkdir(parents=True)
+    progress = {"version": "20200401/00", "model": "dnn", "table_dim": 9, "slots": [0, 1, 2]}
+    (ckpt / "ps" / "progress.json").write_text(json.dumps(progress))
+
+    class NoLoad:  # the pservers must never be asked to load a mismatching checkpoint
+        def __getattr__(self, name):
+            raise AssertionError(f"runtime.{name} used")
+
+    with pytest.raises(EctlError, match=r"another model layout \(slots: checkpoint \[0, 1, 2\]"):
+        _load_checkpoint(cfg, NoLoad(), ckpt, "20200401/00")
+    with pytest.raises(EctlError, match="holds 20200401/00"):
+        _load_checkpoint(cfg, NoLoad(), ckpt, "20200401/01")
+    with pytest.raises(EctlError, match="no checkpoint folder"):
+        _load_checkpoint(cfg, NoLoad(), None, "20200401/00")

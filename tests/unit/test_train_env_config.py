@@ -38,6 +38,20 @@ def test_explicit_paddle_env_for_a_trainer() -> None:
 
 
 @pytest.mark.fast
+def test_coordinator_url_from_env_or_the_volcano_coordinator_task() -> None:
+    assert role_env.coordinator_url({}) is None  # no coordinator: static file split
+    vc = {C.ENV_VC_COORDINATOR_HOSTS: "job-coordinator-0.job"}
+    assert (
+        role_env.coordinator_url(vc) == f"http://job-coordinator-0.job:{C.DEFAULT_COORDINATOR_PORT}"
+    )
+    assert role_env.coordinator_url({**vc, C.ENV_COORDINATOR_PORT: "8400"}).endswith(":8400")
+    explicit = {**vc, C.ENV_COORDINATOR_URL: "http://127.0.0.1:9/"}
+    assert role_env.coordinator_url(explicit) == "http://127.0.0.1:9"
+    with pytest.raises(ValidationError, match="not a port"):
+        role_env.coordinator_url({**vc, C.ENV_COORDINATOR_PORT: "http"})
+
+
+@pytest.mark.fast
 def test_volcano_variables_map_to_paddle_for_both_roles() -> None:
     vc = {
         C.ENV_VC_PSERVER_HOSTS: "job-pserver-0.job,job-pserver-1.job",

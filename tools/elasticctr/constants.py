@@ -102,6 +102,12 @@ ENV_VC_PSERVER_NUM = "VC_PSERVER_NUM"
 ENV_VC_TRAINER_NUM = "VC_TRAINER_NUM"
 ENV_VC_TASK_INDEX = "VC_TASK_INDEX"
 """Volcano env plugin: this pod's index within its task."""
+ENV_VC_COORDINATOR_HOSTS = "VC_COORDINATOR_HOSTS"
+"""Volcano svc plugin: host name of the job's coordinator task."""
+ENV_COORDINATOR_URL = "ECTL_COORDINATOR_URL"
+"""Elastic trainers: the coordinator's URL (else VC_COORDINATOR_HOSTS + ECTL_COORDINATOR_PORT)."""
+ENV_COORDINATOR_PORT = "ECTL_COORDINATOR_PORT"
+DEFAULT_COORDINATOR_PORT = 8300
 ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"
 """How long a trainer waits for every pserver endpoint to accept TCP connections."""
 DEFAULT_PSERVER_WAIT_SECONDS = 300.0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from elasticctr import constants as C
 from elasticctr.errors import EctlError
 
 
@@ -24,7 +25,7 @@ def coordinator(
     ),
     hdfs_ugi: str | None = typer.Option(None, help="HDFS_UGI 'user,group' for hdfs:// URLs."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 in a pod)."),
-    port: int = typer.Option(8300, help="Port of the JSON API."),
+    port: int = typer.Option(C.DEFAULT_COORDINATOR_PORT, help="Port of the JSON API."),
     lease_seconds: float = typer.Option(60.0, min=1, help="Lease length without heartbeat."),
     task_mb: float = typer.Option(64.0, min=0.001, help="Split files into tasks of this size."),
     window: int = typer.Option(2, min=1, help="Partitions trained at the same time."),

@@ -121,13 +121,19 @@ def trainer(
     checkpoint_minutes: float = typer.Option(None, "--checkpoint-minutes", help="Or minutes."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
     coordinator: str = typer.Option(
-        None, "--coordinator", help="Elastic mode: lease data tasks from this coordinator URL."
+        None,
+        "--coordinator",
+        help=f"Elastic mode: lease data tasks from this coordinator URL (or "
+        f"{C.ENV_COORDINATOR_URL}; in a Volcano job {C.ENV_VC_COORDINATOR_HOSTS}).",
     ),
 ) -> None:
     """Run one trainer: train every partition; trainer 0 evaluates and exports."""
     from elasticctr.train import config, roles
 
     cfg = config.load(_values_path(values))
+    from elasticctr.train.env import coordinator_url
+
+    coordinator = coordinator or coordinator_url()
     if coordinator:
         from elasticctr.train import elastic
 

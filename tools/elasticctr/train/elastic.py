@@ -300,7 +300,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 continue
             if kind == "load":
                 with _keep_alive(opts.coordinator, name, "load", beat.every):
-                    _load_checkpoint(runtime, opts.checkpoint_dir, answer["version"])
+                    _load_checkpoint(cfg, runtime, opts.checkpoint_dir, answer["version"])
                 client.loaded(answer["version"])
                 continue
             if kind != "task":
@@ -347,7 +347,25 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     return last
 
 
-def _load_checkpoint(runtime, checkpoint_dir: Path | None, version: str) -> None:
+def _check_checkpoint_matches(cfg: TrainConfig, progress: dict, where: Path) -> None:
+    """A checkpoint of another model layout cannot be loaded (values changed between the
+    jobs): say what differs instead of letting the pservers read foreign tables."""
+    wanted = {"model": cfg.model.name, "table_dim": cfg.model.table_dim, "slots": list(cfg.slots)}
+    differs = [
+        f"{key}: checkpoint {progress.get(key)!r}, values {value!r}"
+        for key, value in wanted.items()
+        if key in progress and progress[key] != value
+    ]
+    if differs:
+        raise EctlError(
+            f"the checkpoint in {where} was trained with another model layout ("
+            + "; ".join(differs)
+            + ")",
+            hint="restore the previous values, or move the checkpoint folder away to start over",
+        )
+
+
+def _load_checkpoint(cfg: TrainConfig, runtime, checkpoint_dir: Path | None, version: str) -> None:
     """Load the checkpoint into the (restarted, empty) pservers: this trainer alone, no
     barrier (Fleet's `load_model` would wait at one and act on Paddle trainer 0 only)."""
     if checkpoint_dir is None:
@@ -362,6 +380,7 @@ def _load_checkpoint(runtime, checkpoint_dir: Path | None, version: str) -> None
             f"the coordinator restarts from checkpoint {version}, but {checkpoint_dir} holds "
             f"{found}: every trainer must see the same checkpoint folder"
         )
+    _check_checkpoint_matches(cfg, progress, checkpoint_dir)
     t0 = time.monotonic()
     runtime._worker.load_model(str(Path(checkpoint_dir) / "ps"), 0)
     log(f"loaded checkpoint {version} into the pservers in {time.monotonic() - t0:.1f}s")

@@ -159,6 +159,22 @@ def resolve(env: Mapping[str, str] | None = None, role: str | None = None) -> Ro
     )
 
 
+def coordinator_url(env: Mapping[str, str] | None = None) -> str | None:
+    """The coordinator an elastic trainer leases from: `ECTL_COORDINATOR_URL`, else the
+    Volcano coordinator task's host (`VC_COORDINATOR_HOSTS`) on `ECTL_COORDINATOR_PORT`;
+    None when neither is set (static file split)."""
+    env = os.environ if env is None else env
+    if env.get(C.ENV_COORDINATOR_URL):
+        return env[C.ENV_COORDINATOR_URL].rstrip("/")
+    hosts = _split_hosts(env.get(C.ENV_VC_COORDINATOR_HOSTS, ""))
+    if not hosts:
+        return None
+    port = env.get(C.ENV_COORDINATOR_PORT) or str(C.DEFAULT_COORDINATOR_PORT)
+    if not port.isdigit():
+        raise ValidationError(f"{C.ENV_COORDINATOR_PORT}: {port!r} is not a port number")
+    return f"http://{hosts[0]}:{port}"
+
+
 def wait_for_endpoints(
     endpoints: tuple[str, ...] | list[str],
     timeout: float,

@@ -27,7 +27,8 @@ tasks:
         action: RestartJob
     template:
       {{- $c := $v.coordinator }}
-      {{- $args := list "coordinator" "-f" "/etc/elasticctr/values.yaml" "--host" "0.0.0.0" "--port" (toString $c.port) "--lease-seconds" (toString $c.leaseSeconds) "--task-mb" (toString $c.taskMiB) "--window" (toString $c.window) "--checkpoint-every" (toString $c.checkpointEvery) "--poll-seconds" (toString $c.pollSeconds) }}
+      {{- /* Every coordinator start is a job (re)start here (RestartJob), so its progress comes from the checkpoint. */}}
+      {{- $args := list "coordinator" "-f" "/etc/elasticctr/values.yaml" "--host" "0.0.0.0" "--port" (toString $c.port) "--lease-seconds" (toString $c.leaseSeconds) "--task-mb" (toString $c.taskMiB) "--window" (toString $c.window) "--checkpoint-every" (toString $c.checkpointEvery) "--poll-seconds" (toString $c.pollSeconds) "--from-checkpoint" "/var/lib/elasticctr/staging/checkpoint" }}
       {{- include "trainer.podTemplate" (dict "ctx" . "role" "coordinator" "args" $args "port" $c.port "resources" $c.resources) | nindent 6 }}
   - name: pserver
     replicas: {{ $v.pserver.replicas }}
@@ -110,6 +111,16 @@ spec:
           value: "0"
         - name: ECTL_TRAIN_STAGING
           value: /var/lib/elasticctr/staging
+        # Elastic mode (docs/coordinator.md): no gloo barriers; trainers lease data tasks from
+        # the coordinator task (VC_COORDINATOR_HOSTS) and share one checkpoint folder.
+        - name: ECTL_TRAIN_ELASTIC
+          value: "1"
+        {{- end }}
+        {{- if eq .role "trainer" }}
+        - name: ECTL_COORDINATOR_PORT
+          value: {{ $v.coordinator.port | quote }}
+        - name: ECTL_TRAIN_CHECKPOINT
+          value: /var/lib/elasticctr/staging/checkpoint
         {{- end }}
         - name: MLFLOW_TRACKING_URI
           value: {{ include "trainer.trackingUri" $ctx | quote }}
@@ -176,10 +187,8 @@ spec:
           mountPath: /tmp
         - name: work
           mountPath: /var/lib/elasticctr/work
-        {{- if ne .role "coordinator" }}
         - name: staging
           mountPath: /var/lib/elasticctr/staging
-        {{- end }}
   volumes:
     - name: config
       secret:
@@ -193,9 +202,7 @@ spec:
       emptyDir: {}
     - name: work
       emptyDir: {}
-    {{- if ne .role "coordinator" }}
     - name: staging
       persistentVolumeClaim:
         claimName: {{ include "trainer.stagingClaim" $ctx }}
-    {{- end }}
 {{- end -}}
