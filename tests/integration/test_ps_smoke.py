@@ -5,7 +5,8 @@ model is the default zoo DNN on `paddle.static.nn.sparse_embedding` with raw uin
 feasigns, async Fleet PS; data are in-memory synthetic batches with a logistic ground
 truth. Checks: training loss falls, the exported version verifies and its held-out AUC
 (scored from the exported files, like serving does) is well above chance, metrics land
-in a real MLflow server, every process exits and nothing is left running.
+in a real MLflow server, the version is registered in its model registry (source, run,
+tags), every process exits and nothing is left running.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elasticctr import constants as C
 from elasticctr.errors import EctlError
 from elasticctr.net import free_port, wait_for_port
-from elasticctr.train.export import verify_version
+from elasticctr.train import registry
+from elasticctr.train.export import MANIFEST, sha256_file, verify_version
 from elasticctr.train.launcher import launch
 
 pytestmark = pytest.mark.integration
@@ -33,9 +36,14 @@ SLOTS = [0, 1, 2, 3, 4, 5]
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
-    """A real MLflow tracking server (sqlite backend) on a free loopback port."""
+    """A real MLflow tracking server (sqlite backend) on a free loopback port.
+
+    It accepts http(s)/hdfs model-version sources (MLflow >= 3 refuses them by default),
+    as docs/training.md asks of the MLflow server a fileserver/HDFS model store uses.
+    """
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()
+    env = {**os.environ, "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,hdfs"}
     log = open(root / "server.log", "wb")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
         [
@@ -54,6 +62,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
         start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
@@ -141,8 +150,63 @@ def test_ps_smoke_one_pserver_two_trainers(tmp_path: Path, mlflow_server) -> Non
     assert run.data.metrics["auc"] == pytest.approx(row["auc"])
     assert run.data.metrics["samples_per_sec"] > 0
     assert run.data.tags["last_version"] == "20200401/00"
+
+    # The version is registered under the training run; MLflow's server refuses a
+    # local-path source, so the source is the run's copy of the manifest and the tag
+    # names the model-store URL (an http/hdfs store is the source itself: next test).
+    (mv,) = client.search_model_versions(f"name = '{C.DEFAULT_MLFLOW_REGISTERED_MODEL}'")
+    assert row["registered_version"] == mv.version
+    assert mv.run_id == run.info.run_id
+    assert mv.source == f"runs:/{run.info.run_id}/versions/20200401/00"
+    sha = sha256_file(version / MANIFEST)
+    assert mv.tags == {
+        C.MLFLOW_TAG_VERSION: "20200401/00",
+        registry.TAG_MODEL: "dnn",
+        registry.TAG_AUC: repr(row["auc"]),
+        registry.TAG_LOGLOSS: repr(row["logloss"]),
+        registry.TAG_MANIFEST_SHA256: sha,
+        registry.TAG_SPARSE_ROWS: str(manifest["sparse"]["rows"]),
+        registry.TAG_STORE_URL: version.resolve().as_uri(),
+        registry.TAG_SOURCE_KIND: registry.SOURCE_RUN,
+    }
+    assert row["manifest_sha256"] == sha
+    copied = client.download_artifacts(run.info.run_id, "versions/20200401/00", str(tmp_path))
+    assert sha256_file(Path(copied) / MANIFEST) == sha  # the manifest only, byte for byte
+    assert sorted(p.name for p in Path(copied).iterdir()) == [MANIFEST]
     assert _left_running(values) == []
     print(f"smoke: {elapsed:.0f}s, {json.dumps(row)}")
+
+
+def test_registered_source_is_the_model_store_url(tmp_path: Path, mlflow_server) -> None:
+    """A fileserver (http) model store: the registered version's source is the store URL
+    of the version itself, under the given run, once (registering again finds it)."""
+    import mlflow
+
+    uri = mlflow_server[1]()
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    run = client.create_run(client.create_experiment("registry-http-store"))
+    manifest = tmp_path / MANIFEST
+    facts = {"model": {"name": "deepfm"}, "metrics": {"auc": 0.75, "logloss": 0.5}}
+    manifest.write_text(json.dumps({**facts, "sparse": {"rows": 123}}) + "\n")
+    target = "http://127.0.0.1:8080/models/versions/20200401/05"
+    lines: list[str] = []
+    mv = registry.register_version(
+        uri, "20200401/05", target, manifest, run_id=run.info.run_id, name="ctr-http-store",
+        log=lines.append,
+    )  # fmt: skip
+    assert mv is not None, lines
+    (got,) = client.search_model_versions("name = 'ctr-http-store'")
+    assert got.source == target and got.run_id == run.info.run_id
+    assert got.tags[registry.TAG_SOURCE_KIND] == registry.SOURCE_STORE
+    assert got.tags[registry.TAG_STORE_URL] == target
+    assert got.tags[registry.TAG_MANIFEST_SHA256] == sha256_file(manifest)
+    assert got.tags[registry.TAG_MODEL] == "deepfm" and got.tags[registry.TAG_AUC] == "0.75"
+    assert got.tags[registry.TAG_SPARSE_ROWS] == "123"
+    again = registry.register_version(
+        uri, "20200401/05", target, manifest, name="ctr-http-store", log=lines.append
+    )
+    assert again.version == got.version
+    assert len(client.search_model_versions("name = 'ctr-http-store'")) == 1
 
 
 def test_launcher_fails_fast_and_names_the_role(tmp_path: Path) -> None:

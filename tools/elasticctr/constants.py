@@ -127,6 +127,12 @@ ENV_PARTITION_POLL_SECONDS = "ECTL_PARTITION_POLL_SECONDS"
 """Seconds between looks for the next hourly partition when following (default 60)."""
 ENV_MLFLOW_EXPERIMENT = "ECTL_MLFLOW_EXPERIMENT"
 """MLflow experiment of training runs (default `elasticctr`)."""
+ENV_MLFLOW_REGISTERED_MODEL = "ECTL_MLFLOW_REGISTERED_MODEL"
+"""MLflow registered model that training adds every exported version to."""
+DEFAULT_MLFLOW_REGISTERED_MODEL = "elasticctr"
+MLFLOW_TAG_VERSION = "elasticctr.version"
+"""Tag naming the model version id (YYYYMMDD/HH): on registered model versions (training)
+and on the runs serving logs a pyfunc in."""
 
 # --- serving --------------------------------------------------------------------------
 ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"

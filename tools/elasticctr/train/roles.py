@@ -5,7 +5,8 @@ per slot, then the zoo model's dense part); the pserver serves the tables until 
 stopped, the trainers push/pull asynchronously. Per partition (date-hour) the trainers
 train on their share, meet at a barrier, have the pservers dump the sparse table, and
 trainer 0 pulls the dense parameters, exports version `YYYYMMDD/HH`, evaluates that
-exported version on held-out samples and logs to MLflow.
+exported version on held-out samples, logs to MLflow and registers the published version
+in the MLflow model registry (`elasticctr.train.registry`).
 
 Start-up order problems this module handles (see docs/training.md): the trainers reach
 pserver 0's rendezvous store and every pserver endpoint before they use them, with a
@@ -491,6 +492,10 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
             last = _export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
             if tracker is not None:
                 tracker.log(part, last)
+                # After the version is published; never raises (a warning on failure).
+                mv = tracker.register(part.version_id, last, dump_dir / "version")
+                if mv is not None:
+                    last["registered_version"] = str(mv.version)
             if opts.results is not None:
                 import json
 
@@ -585,6 +590,7 @@ def _export_partition(
     result = {
         **meta["metrics"],
         "sparse_rows": manifest["sparse"]["rows"],
+        "manifest_sha256": export.sha256_file(local / export.MANIFEST),
         "export_seconds": time.monotonic() - t0,
         "exported_to": target,
     }
@@ -639,6 +645,24 @@ class _Tracker:
         }
         self.mlflow.log_metrics(numeric, step=part.index)
         self.mlflow.set_tag("last_version", part.version_id)
+
+    def register(self, version_id: str, result: dict, version_dir: Path):
+        """Register the published version (`result["exported_to"]`) in the MLflow model
+        registry under this run (elasticctr.train.registry); None when there is nothing
+        to register or registration failed (logged as a warning, never raised)."""
+        if not self.cfg.mlflow_uri or not result.get("exported_to"):
+            return None
+        from elasticctr.train import registry
+
+        run_id = self.run.info.run_id if self.run is not None else None
+        return registry.register_version(
+            self.cfg.mlflow_uri,
+            version_id,
+            result["exported_to"],
+            Path(version_dir) / export.MANIFEST,
+            run_id=run_id,
+            log=log,
+        )
 
     def close(self) -> None:
         if self.run is not None:
