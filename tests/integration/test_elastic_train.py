@@ -237,3 +237,36 @@ def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset) -> None:
     assert len(loads) == 1, loads
     final = json.loads((job.checkpoint_dir / "ps" / "coordinator.json").read_text())
     assert final["checkpoint"] == SECOND
+
+
+def test_ectl_train_local_elastic_then_resume_with_the_next_hour(dataset, tmp_path) -> None:
+    store = dataset["root"] / "cli"
+    ckpt = tmp_path / "checkpoint"
+
+    def run(end: str, *extra: str) -> str:
+        values = yaml.safe_load(dataset["values"](store, end).read_text())
+        values["trainer"]["coordinator"] = {"leaseSeconds": 4, "taskMiB": 0.1}
+        path = tmp_path / f"values-{end.replace('/', '')}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        out = subprocess.run(
+            [*ECTL, "train", "--local", "--elastic", "-p", "1", "-t", "2", "-f", str(path),
+             "--checkpoint-dir", str(ckpt), "--log-dir", str(tmp_path / f"logs-{end[-2:]}"),
+             "--timeout", "240", *extra],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out.stdout
+
+    first = run(PARTITION)
+    assert f"{dataset['trained']} samples" in first and "0 job restart(s)" in first, first
+    verify_version(store / "versions" / PARTITION)
+    # --resume: the coordinator starts from the checkpoint's progress and the pservers
+    # from its tables, so only the new hour is trained.
+    second = run(SECOND, "--resume")
+    assert "restarting from checkpoint 20200401/00" in second, second
+    verify_version(store / "versions" / SECOND)
+    logs = "".join(p.read_text() for p in (tmp_path / "logs-01").glob("trainer-*.log"))
+    assert "loaded checkpoint 20200401/00 into the pservers" in logs
+    state = json.loads((tmp_path / "logs-01" / "coordinator.json").read_text())
+    second_hour = sum(d["samples"] for t, d in state["done"].items() if t.startswith(SECOND))
+    assert second_hour == dataset["trained_two_hours"] - dataset["trained"]

@@ -67,6 +67,12 @@ def train(
     ),
     checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
+    elastic: bool = typer.Option(
+        False,
+        "--elastic",
+        help="With --local: trainers lease data tasks from a local `ectl coordinator` "
+        "(trainer.coordinator.* values); a pserver exit restarts the job from the checkpoint.",
+    ),
 ) -> None:
     """Train with Paddle Fleet parameter servers."""
     if ctx.invoked_subcommand is not None:
@@ -82,6 +88,11 @@ def train(
     home = Path(os.environ.get(C.ENV_HOME, ".elasticctr"))
     log_dir = log_dir or home / "train" / time.strftime("%Y%m%d-%H%M%S")
     ckpt = (checkpoint_dir or home / "train" / "checkpoint").resolve()
+    if elastic:
+        if synthetic_samples > 0:
+            raise EctlError("--elastic trains files (the coordinator splits them into tasks)")
+        _train_elastic(path, pservers, trainers, log_dir, ckpt, resume, timeout, quiet)
+        return
     extra = ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(checkpoint_every)]
     extra += ["--resume"] if resume else []
     result = launch(
@@ -94,6 +105,47 @@ def train(
         stream=not quiet,
     )
     typer.echo(f"training finished in {result.seconds:.0f}s; logs in {result.log_dir}")
+
+
+def _train_elastic(
+    values: Path,
+    pservers: int,
+    trainers: int,
+    log_dir: Path,
+    checkpoint: Path,
+    resume: bool,
+    timeout: float | None,
+    quiet: bool,
+) -> None:
+    from elasticctr.train import config
+    from elasticctr.train.elastic import ElasticJob
+    from elasticctr.values import effective_values
+
+    coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
+    echo = (lambda _m: None) if quiet else typer.echo
+    t0 = time.monotonic()
+    job = ElasticJob(
+        values.resolve(),
+        log_dir,
+        pservers=pservers,
+        trainers=trainers,
+        lease_seconds=float(coord["leaseSeconds"]),
+        task_mb=float(coord["taskMiB"]),
+        checkpoint_dir=checkpoint,
+        checkpoint_every=int(coord["checkpointEvery"]),
+        resume=resume,
+        report_every=10.0,
+        echo=echo,
+    )
+    echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
+    with job:
+        job.wait(timeout if timeout is not None else float("inf"))
+        progress = job.client().progress()
+    typer.echo(
+        f"training finished in {time.monotonic() - t0:.0f}s: {progress['tasks_done']} tasks, "
+        f"{progress['samples']} samples, {progress['tasks_retried']} retried, "
+        f"{len(job.restarts)} job restart(s); logs in {log_dir}"
+    )
 
 
 @train_app.command("pserver")

@@ -479,8 +479,12 @@ def _wait_dense_initialised(paddle, pull_dense, names: list[str], timeout: float
     Without the start-up barrier a trainer can be faster than the one that initialises
     the pservers' dense table (still all zeros then); training from zeros and having
     the initial values overwrite the result later cost ~0.1 AUC on the test data.
+    A model whose initial dense values are all zero (`lr`: one bias) has nothing to wait
+    for: zeros are what trainer 0 pushes.
     """
     scope = paddle.static.global_scope()
+    if not any(np.any(np.asarray(scope.find_var(n).get_tensor())) for n in names):
+        return
     deadline = time.monotonic() + timeout
     while True:
         pull_dense()
@@ -525,7 +529,9 @@ class ElasticJob:
         state_url: str | None = None,
         checkpoint_dir: Path | None = None,
         checkpoint_every: int = 1,
+        resume: bool = False,
         max_restarts: int = 3,
+        report_every: float | None = None,
         extra_trainer_args: tuple[str, ...] = (),
         echo=None,
     ):
@@ -540,6 +546,8 @@ class ElasticJob:
         self.state_url = state
         self.checkpoint_dir = Path(checkpoint_dir or self.log_dir / "checkpoint").resolve()
         self.max_restarts = max_restarts
+        self.resume = resume
+        self.report_every = report_every
         self.restarts: list[dict] = []  # {"reason", "stopped_at", "started_at"} per restart
         self.echo = echo or (lambda _msg: None)
         comps = role_components(
@@ -586,6 +594,18 @@ class ElasticJob:
         self._free_port = free_port
 
     def __enter__(self) -> ElasticJob:
+        from elasticctr.coordinator.runtime import restart_from_checkpoint
+
+        current = self.checkpoint_dir / "ps"
+        if not self.resume and current.exists():
+            # A fresh job must never restart from another job's checkpoint: keep the old
+            # one aside (one generation) instead of deleting it.
+            previous = self.checkpoint_dir / "ps.previous-job"
+            shutil.rmtree(previous, ignore_errors=True)
+            current.rename(previous)
+            self.echo(f"kept the previous job's checkpoint as {previous}")
+        # The job starts as a restart from the checkpoint would (none when fresh).
+        self.echo(restart_from_checkpoint(self.checkpoint_dir.as_uri(), self.state_url)["message"])
         self.sup.__enter__()
         for comp in self.components:
             self.sup.start(comp)
@@ -640,10 +660,30 @@ class ElasticJob:
                         hint=f"see {self.sup.log_path(name)}",
                     )
             self._note_resumed()
+            self._report()
             if time.monotonic() > deadline:
                 raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
             time.sleep(0.3)
         return codes
+
+    def _report(self) -> None:
+        """Every `report_every` seconds, one line of the coordinator's progress."""
+        now = time.monotonic()
+        if self.report_every is None or now - getattr(self, "_reported", 0.0) < self.report_every:
+            return
+        self._reported = now
+        try:
+            p = self.client().progress()
+        except Exception:  # the coordinator is (re)starting
+            return
+        rate = sum(t["samples_per_s"] for t in p["trainers"].values())
+        exported = sum(1 for part in p["partitions"] if part["exported"])
+        self.echo(
+            f"tasks done {p['tasks_done']}, leased {p['tasks_leased']}, pending "
+            f"{p['tasks_pending']} (retried {p['tasks_retried']}); {p['samples']} samples, "
+            f"{rate:.0f}/s over {len(p['trainers'])} trainer(s); "
+            f"{exported}/{len(p['partitions'])} hour(s) exported"
+        )
 
     def _note_resumed(self) -> None:
         """After a restart: when the first task is done again (recovery time)."""
