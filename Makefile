@@ -34,6 +34,10 @@ test: venv tools lint  ## the full suite (CI runs exactly this)
 test-fast: venv lint  ## quick unit subset
 	$(PYTEST) -m fast tests
 
+.PHONY: bench-deepctr
+bench-deepctr: venv  ## training throughput vs DeepCTR-Torch (creates .bench-venv/, ~5.6 GB); ARGS="--lines N"
+	$(VENV)/bin/python bench/train/deepctr_torch.py $(ARGS)
+
 lock: venv  ## re-resolve constraints.txt from pyproject.toml
 	$(VENV)/bin/python -m uv pip compile pyproject.toml --extra dev --python-version 3.11 \
 	  -o constraints.txt
