@@ -88,11 +88,15 @@ def build_net(spec: ModelSpec, num_slots: int) -> Net:
 
 
 def _optimizer(spec: ModelSpec):
+    """The dense part's optimizer. Paddle's PS dense tables support only SGD and Adam
+    ("The dense optimizer in PS is only supported SGD or Adam!"), so `adagrad` means
+    AdaGrad for the sparse table (the classic CTR embedding rule) and Adam for the dense
+    part."""
     paddle = _paddle()
     cls = {
         "adam": paddle.optimizer.Adam,
         "sgd": paddle.optimizer.SGD,
-        "adagrad": paddle.optimizer.Adagrad,
+        "adagrad": paddle.optimizer.Adam,
     }[spec.optimizer]
     return cls(learning_rate=spec.learning_rate)
 
