@@ -24,7 +24,9 @@ One run:
 Rates: ElasticCTR's is trained samples / time of the training pass (file reading and
 parsing included, table dump and export not); DeepCTR-Torch's is trained samples / time
 of `fit()` on arrays already in memory (parsing and index mapping excluded, printed
-separately).
+separately). On a shared machine both also get "samples per CPU-second": the rate divided
+by the cores used while training (median per-second CPU of ElasticCTR's trainer plus its
+pserver; CPU time of DeepCTR-Torch's `fit()`), which other load disturbs less.
 
   .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000
   make bench-deepctr ARGS="--lines 100000"
@@ -409,6 +411,9 @@ def main() -> None:
     e_hours, d_hours = ectl["hours"], torch_res["hours"]
     e_rate = _rate(e_hours, "samples_per_sec_per_trainer")
     d_rate = _rate(d_hours, "samples_per_sec")
+    d_cpu_rate = sum(h["samples"] for h in d_hours) / sum(
+        h["cores"] * h["fit_seconds"] for h in d_hours
+    )
     e_last, d_last = e_hours[-1], d_hours[-1]
     if e_last["eval_samples"] != d_last["eval_samples"]:
         print(
@@ -446,6 +451,12 @@ def main() -> None:
             f"{ectl['cores']:.2f} trainer + {ectl['pserver_cores']:.2f} pserver",
             f"{np.median([h['cores'] for h in d_hours]):.2f} ({torch_res['threads']} torch thread)",
             "",
+        ),
+        (
+            "samples per CPU-second (load-robust)",
+            f"{e_rate / (ectl['cores'] + ectl['pserver_cores']):,.0f} (trainer + pserver)",
+            f"{d_cpu_rate:,.0f}",
+            f"{e_rate / (ectl['cores'] + ectl['pserver_cores']) / d_cpu_rate:.2f}x",
         ),
         ("oracle AUC, generator.json (whole last hour)", f"{gen['oracle_auc']:.4f}", "", ""),
         ("oracle AUC, same held-out samples", f"{oracle_held:.4f}", "", ""),
