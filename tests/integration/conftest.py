@@ -1,4 +1,5 @@
-"""Fixtures for integration tests: a real HDFS (MiniDFSCluster) shared by the session.
+"""Fixtures for integration tests: a real HDFS (MiniDFSCluster) and a real MLflow tracking
+server, each shared by the session.
 
 `hdfs_cluster` yields the ``hdfs://127.0.0.1:PORT`` URL of one MiniDFSCluster started for the
 whole session (about 5 s to start; see docs/hdfs.md); `hdfs_dir` gives each test its own
@@ -9,11 +10,18 @@ OS user running the tests is the HDFS superuser; any other user may write only u
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.hdfs_fixture import TEST_ROOT, MiniHdfs
+
+from elasticctr.net import free_port, wait_for_port
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +48,56 @@ def hdfs_cluster(minihdfs: MiniHdfs) -> str:
 def hdfs_dir(minihdfs: MiniHdfs) -> str:
     """A fresh, existing, world-writable (0777) folder URL on the test HDFS for this test."""
     return minihdfs.make_open_dir(f"{TEST_ROOT}/{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real MLflow tracking server (sqlite backend) on a free loopback port.
+
+    It accepts http(s)/hdfs model-version sources (MLflow >= 3 refuses them by default),
+    as docs/training.md asks of the MLflow server a fileserver/HDFS model store uses.
+    """
+    root = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,hdfs"}
+    log = open(root / "server.log", "wb")  # noqa: SIM115 - closed in teardown
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+
+    def wait() -> str:
+        wait_for_port(
+            "127.0.0.1", port, timeout=180, what="mlflow server", alive=lambda: proc.poll() is None
+        )
+        return uri
+
+    # Not waited for here: it starts (DB migrations, ~50 s on a busy 2-core box) while
+    # the training runs; trainer 0 logs only after its first partition and retries.
+    try:
+        yield uri, wait
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

@@ -9,6 +9,7 @@ held-out AUC is compared with an undisturbed run on the same data.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elasticctr import constants as C
 from elasticctr.train.export import verify_version
 
 pytestmark = pytest.mark.integration
@@ -100,7 +102,7 @@ def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0
         dataset["values"](store, end),
         dataset["root"] / f"{name}-logs",
         trainers=trainers,
-        lease_seconds=4.0,
+        lease_seconds=8.0,  # a heartbeat every 2 s; 4 s expired once at load 12
         task_mb=0.25,
     )
     t0 = time.monotonic()
@@ -259,20 +261,29 @@ def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset, baseline_
     assert final["checkpoint"] == SECOND
 
 
-def test_ectl_train_local_elastic_then_resume_with_the_next_hour(dataset, tmp_path) -> None:
+def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
+    dataset, tmp_path, mlflow_server
+) -> None:
     store = dataset["root"] / "cli"
     ckpt = tmp_path / "checkpoint"
+    tracking, tracking_ready = mlflow_server
+    env = {
+        **os.environ,
+        C.ENV_MLFLOW_EXPERIMENT: "elastic-cli",
+        C.ENV_MLFLOW_REGISTERED_MODEL: "elastic-cli",
+    }
 
     def run(end: str, *extra: str) -> str:
         values = yaml.safe_load(dataset["values"](store, end).read_text())
-        values["trainer"]["coordinator"] = {"leaseSeconds": 4, "taskMiB": 0.25}
+        values["trainer"]["coordinator"] = {"leaseSeconds": 8, "taskMiB": 0.25}
+        values["global"]["mlflow"] = {"trackingUri": tracking}
         path = tmp_path / f"values-{end.replace('/', '')}.yaml"
         path.write_text(yaml.safe_dump(values))
         out = subprocess.run(
             [*ECTL, "train", "--local", "--elastic", "-p", "1", "-t", "2", "-f", str(path),
              "--checkpoint-dir", str(ckpt), "--log-dir", str(tmp_path / f"logs-{end[-2:]}"),
              "--timeout", "240", *extra],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True, text=True, timeout=300, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         return out.stdout
@@ -290,3 +301,17 @@ def test_ectl_train_local_elastic_then_resume_with_the_next_hour(dataset, tmp_pa
     state = json.loads((tmp_path / "logs-01" / "coordinator.json").read_text())
     second_hour = sum(d["samples"] for t, d in state["done"].items() if t.startswith(SECOND))
     assert second_hour == dataset["trained_two_hours"] - dataset["trained"]
+    # The chief logged each exported hour with the coordinator's progress to MLflow and
+    # registered it in the model registry.
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=tracking_ready())
+    exp = client.get_experiment_by_name("elastic-cli")
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(r.data.tags["last_version"] for r in runs) == [PARTITION, SECOND]
+    for run in runs:
+        metrics = run.data.metrics
+        assert 0.65 < metrics["auc"] < 1 and metrics["job_tasks_done"] > 0, metrics
+        assert metrics["job_trainers"] == 2 and metrics["job_samples_per_sec"] > 0, metrics
+    versions = client.search_model_versions("name = 'elastic-cli'")
+    assert sorted(v.tags[C.MLFLOW_TAG_VERSION] for v in versions) == [PARTITION, SECOND]

@@ -12,10 +12,7 @@ tags), every process exits and nothing is left running.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +21,6 @@ import yaml
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
-from elasticctr.net import free_port, wait_for_port
 from elasticctr.train import registry
 from elasticctr.train.export import MANIFEST, sha256_file, verify_version
 from elasticctr.train.launcher import launch
@@ -32,59 +28,6 @@ from elasticctr.train.launcher import launch
 pytestmark = pytest.mark.integration
 
 SLOTS = [0, 1, 2, 3, 4, 5]
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
-    """A real MLflow tracking server (sqlite backend) on a free loopback port.
-
-    It accepts http(s)/hdfs model-version sources (MLflow >= 3 refuses them by default),
-    as docs/training.md asks of the MLflow server a fileserver/HDFS model store uses.
-    """
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,hdfs"}
-    log = open(root / "server.log", "wb")  # noqa: SIM115 - closed in teardown
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{root / 'mlflow.db'}",
-            "--default-artifact-root",
-            str(root / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
-
-    def wait() -> str:
-        wait_for_port(
-            "127.0.0.1", port, timeout=180, what="mlflow server", alive=lambda: proc.poll() is None
-        )
-        return uri
-
-    # Not waited for here: it starts (DB migrations, ~50 s on a busy 2-core box) while
-    # the training runs; trainer 0 logs only after its first partition and retries.
-    try:
-        yield uri, wait
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def _values(tmp_path: Path, **extra) -> Path:

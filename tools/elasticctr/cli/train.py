@@ -117,35 +117,13 @@ def _train_elastic(
     timeout: float | None,
     quiet: bool,
 ) -> None:
-    from elasticctr.train import config
-    from elasticctr.train.elastic import ElasticJob
-    from elasticctr.values import effective_values
+    from elasticctr.train.elastic import run_local
 
-    coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
     echo = (lambda _m: None) if quiet else typer.echo
-    t0 = time.monotonic()
-    job = ElasticJob(
-        values.resolve(),
-        log_dir,
-        pservers=pservers,
-        trainers=trainers,
-        lease_seconds=float(coord["leaseSeconds"]),
-        task_mb=float(coord["taskMiB"]),
-        checkpoint_dir=checkpoint,
-        checkpoint_every=int(coord["checkpointEvery"]),
-        resume=resume,
-        report_every=10.0,
-        echo=echo,
+    summary = run_local(
+        values, log_dir, pservers, trainers, checkpoint, resume=resume, timeout=timeout, echo=echo
     )
-    echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
-    with job:
-        job.wait(timeout if timeout is not None else float("inf"))
-        progress = job.client().progress()
-    typer.echo(
-        f"training finished in {time.monotonic() - t0:.0f}s: {progress['tasks_done']} tasks, "
-        f"{progress['samples']} samples, {progress['tasks_retried']} retried, "
-        f"{len(job.restarts)} job restart(s); logs in {log_dir}"
-    )
+    typer.echo(f"{summary}; logs in {log_dir}")
 
 
 @train_app.command("pserver")

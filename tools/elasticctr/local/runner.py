@@ -27,7 +27,7 @@ def run_local(
     shards: int,
     console: Console,
 ) -> None:
-    from elasticctr.train.launcher import launch
+    from elasticctr.train.elastic import run_local as train_elastic
 
     data = (values.get("global") or {}).get("data") or {}
     if not data.get("path"):
@@ -48,15 +48,17 @@ def run_local(
             stack.write_state(sup, {"values": str(values_file)})
             console.log(f"services ready; training from {data['path']}")
             try:
-                launch(
+                # Elastic, as the chart runs it: coordinator, leased tasks, a pserver
+                # death restarts the job from the checkpoint (docs/coordinator.md).
+                summary = train_elastic(
                     values_file,
-                    pservers=pservers,
-                    trainers=trainers,
-                    log_dir=stack.logs / "train",
+                    stack.logs / "train",
+                    pservers,
+                    trainers,
+                    Path(stack.workdir) / "train" / "checkpoint",
                     echo=console.log,
-                    stream=False,
                 )
-                console.log("training finished; services keep serving the newest version")
+                console.log(f"{summary}; services keep serving the newest version")
             except EctlError as exc:
                 console.log(f"training failed: {exc}")
             while True:

@@ -279,6 +279,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     main = paddle.static.default_main_program()
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
     beat = _Heartbeat(client)
+    tracker = None  # MLflow, from this trainer's first export on
     stats: dict[str, dict] = {}  # per partition, this trainer's share
     last: dict = {}
     steps = 0
@@ -297,6 +298,11 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                         cfg, exe, net, runtime, dense_names, answer, staging, stats, opts
                     )
                 client.exported(answer["partition"], answer["partition"], answer["checkpoint"])
+                tracker = tracker or roles._Tracker(cfg, renv)
+                dump_dir = staging / answer["partition"].replace("/", "-")
+                _track(tracker, client, answer["partition"], last, dump_dir / "version")
+                if not os.environ.get(C.ENV_TRAIN_KEEP_STAGING):
+                    shutil.rmtree(dump_dir, ignore_errors=True)
                 continue
             if kind == "load":
                 with _keep_alive(opts.coordinator, name, "load", beat.every):
@@ -342,9 +348,39 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             )
     finally:
         beat.close()
+        if tracker is not None:
+            tracker.close()
     fleet.stop_worker()
     log("elastic trainer done")
     return last
+
+
+def _track(tracker, client: CoordinatorClient, partition: str, result: dict, version_dir) -> None:
+    """MLflow: the version's metrics plus the coordinator's progress, then register the
+    version (roles._Tracker; a no-op without a tracking URI, never raises on
+    registration). Step = the number of hours exported so far."""
+    try:
+        progress = client.progress()
+    except Exception as exc:  # noqa: BLE001 - progress is extra; the export is done
+        log(f"{partition}: coordinator progress unavailable for MLflow: {exc}")
+        progress = {"partitions": [], "trainers": {}}
+    step = sum(1 for p in progress["partitions"] if p.get("exported"))
+    metrics = dict(result)
+    if progress["trainers"]:
+        metrics.update(
+            job_tasks_done=progress.get("tasks_done", 0),
+            job_tasks_retried=progress.get("tasks_retried", 0),
+            job_trainers=len(progress["trainers"]),
+            job_samples_per_sec=sum(t["samples_per_s"] for t in progress["trainers"].values()),
+        )
+    try:
+        tracker.log(roles.Partition(partition, max(step - 1, 0)), metrics)
+    except Exception as exc:  # noqa: BLE001 - tracking must not stop training
+        log(f"{partition}: MLflow logging failed: {exc}")
+        return
+    mv = tracker.register(partition, result, Path(version_dir))
+    if mv is not None:
+        log(f"{partition}: registered as model version {mv.version}")
 
 
 def _check_checkpoint_matches(cfg: TrainConfig, progress: dict, where: Path) -> None:
@@ -468,8 +504,6 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts) -
             },
         )
         log(f"{partition}: checkpoint written to {opts.checkpoint_dir}")
-    if not os.environ.get("ECTL_TRAIN_KEEP_STAGING"):
-        shutil.rmtree(dump_dir, ignore_errors=True)
     return result
 
 
@@ -640,8 +674,10 @@ class ElasticJob:
             self.killed.add(name)
         self.sup.kill(name, sig)
 
-    def wait(self, timeout: float) -> dict[str, int]:
-        """Until every trainer exited; raise EctlError on a failure or the timeout."""
+    def wait(self, timeout: float, on_tick=None) -> dict[str, int]:
+        """Until every trainer exited; raise EctlError on a failure or the timeout.
+        `on_tick()` runs every round (~0.3 s), e.g. to watch progress while the job
+        restarts roles (which happens only inside this loop)."""
         deadline = time.monotonic() + timeout
         codes: dict[str, int] = {}
         while self.trainers - set(codes) - self.killed:
@@ -661,6 +697,8 @@ class ElasticJob:
                     )
             self._note_resumed()
             self._report()
+            if on_tick is not None:
+                on_tick()
             if time.monotonic() > deadline:
                 raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
             time.sleep(0.3)
@@ -728,6 +766,50 @@ class ElasticJob:
             if not any(c.name == name for c in self.components):
                 self.sup.start(self._by_name[name])
         self.restarts[-1]["started_at"] = time.monotonic()
+
+
+def run_local(
+    values: Path,
+    log_dir: Path,
+    pservers: int,
+    trainers: int,
+    checkpoint_dir: Path,
+    *,
+    resume: bool = False,
+    timeout: float | None = None,
+    echo=None,
+) -> str:
+    """`ectl train --local --elastic` and the local deployment's training: an ElasticJob
+    with the values' `trainer.coordinator` settings (chart defaults otherwise), until it
+    finishes; returns a one-line summary. Raises EctlError when the job fails."""
+    from elasticctr.train import config
+    from elasticctr.values import effective_values
+
+    coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
+    echo = echo or (lambda _m: None)
+    t0 = time.monotonic()
+    job = ElasticJob(
+        Path(values).resolve(),
+        log_dir,
+        pservers=pservers,
+        trainers=trainers,
+        lease_seconds=float(coord["leaseSeconds"]),
+        task_mb=float(coord["taskMiB"]),
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=int(coord["checkpointEvery"]),
+        resume=resume,
+        report_every=10.0,
+        echo=echo,
+    )
+    echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
+    with job:
+        job.wait(timeout if timeout is not None else float("inf"))
+        progress = job.client().progress()
+    return (
+        f"training finished in {time.monotonic() - t0:.0f}s: {progress['tasks_done']} tasks, "
+        f"{progress['samples']} samples, {progress['tasks_retried']} retried, "
+        f"{len(job.restarts)} job restart(s)"
+    )
 
 
 def python_entry_args(*args: str) -> list[str]:
