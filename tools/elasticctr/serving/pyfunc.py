@@ -16,6 +16,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 
+from elasticctr import constants as C
 from elasticctr.errors import ValidationError
 
 ARTIFACT = "version"
@@ -92,7 +93,7 @@ def log_version(
             registered_model_name=registered_model_name,
         )
         # tagged last: `already_logged` finds only complete (and registered) models
-        mlflow.set_tag("elasticctr.version", version)
+        mlflow.set_tag(C.MLFLOW_TAG_VERSION, version)
         return f"runs:/{run.info.run_id}/model"
 
 
@@ -103,7 +104,7 @@ def already_logged(version: str, tracking_uri: str | None, experiment: str) -> s
     if exp is None:
         return None
     runs = client.search_runs(
-        [exp.experiment_id], f"tags.`elasticctr.version` = '{version}'", max_results=1
+        [exp.experiment_id], f"tags.`{C.MLFLOW_TAG_VERSION}` = '{version}'", max_results=1
     )
     return f"runs:/{runs[0].info.run_id}/model" if runs else None
 
