@@ -127,3 +127,37 @@ def test_kill_is_seen_as_failure_and_restarted(tmp_path):
             sup.poll()
             time.sleep(0.05)
         assert sup.pid("victim") != first
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_components_die_with_a_sigkilled_supervisor(tmp_path):
+    import subprocess
+
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from elasticctr.local import Component, Supervisor\n"
+        f"sup = Supervisor(Path({str(tmp_path / 'logs')!r}))\n"
+        "sup.start(Component('sleeper', [sys.executable, '-c', 'import time; time.sleep(300)']))\n"
+        f"Path({str(pidfile)!r}).write_text(str(sup.pid('sleeper')))\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen([PY, "-c", script])
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    time.sleep(0.5)  # the wrapper has exec'd the component by now
+    os.kill(child, 0)  # running
+    parent.kill()  # SIGKILL: no cleanup code runs in the supervisor
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the component outlived its SIGKILLed supervisor")

@@ -89,7 +89,7 @@ class Supervisor:
             log.write(header.encode())
             log.flush()
             proc = subprocess.Popen(
-                list(component.argv),
+                _with_parent_death_signal(list(component.argv)),
                 env=env,
                 cwd=component.cwd,
                 stdin=subprocess.DEVNULL,
@@ -231,6 +231,25 @@ def _kill_group_quietly(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+_DEATHSIG = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)  # the supervisor died before prctl took effect\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """On Linux, run `argv` so that it gets SIGTERM when the supervising process dies,
+    even by SIGKILL: a tiny wrapper sets PR_SET_PDEATHSIG and execs `argv` (the setting
+    survives exec). Without it a killed `ectl train --local` left its pservers serving
+    forever. (It fires when the spawning *thread* ends: spawn from long-lived threads.)"""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-c", _DEATHSIG, str(os.getpid()), *argv]
 
 
 def python_entry(*args: str) -> list[str]:
