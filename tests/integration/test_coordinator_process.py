@@ -80,6 +80,9 @@ def test_streaming_discovery_and_resume_after_sigkill(tmp_path):
         assert again["task"]["id"] == held["task"]["id"]
         assert client.complete(again["lease"], 10)["accepted"]
         export = next_kind(client)
+        # A checkpoint export carries the progress the checkpoint will hold.
+        state = json.loads(export.pop("state"))
+        assert sorted(state["done"]) == sorted([first["task"]["id"], held["task"]["id"]])
         assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
         client.exported("20200401/00", "20200401/00", checkpoint=True)
 
