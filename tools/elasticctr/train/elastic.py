@@ -339,6 +339,10 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             if abandoned:
                 log(f"task {task['id']}: lease lost after {n} samples; abandoned")
                 continue
+            # A task is done only once its updates are on the pservers: the PS client
+            # queues sparse pushes, and a checkpoint taken after this `complete` must
+            # hold them (the flush costs >= 0.1 s: Paddle polls every 100 ms).
+            runtime._worker.client_flush()
             reply = client.complete(lease, n)
             mine["samples"] += n
             mine["secs"] += elapsed
