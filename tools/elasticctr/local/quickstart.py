@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,10 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         if opts.keep_running:
             stack.write_state(sup, {"values": str(values_file)})
             console.print("[bold]running; press Ctrl-C to stop everything[/bold]")
+            # Ctrl-C even when started with SIGINT ignored (a background job of a script
+            # inherits that), and SIGTERM from a service manager: both stop everything.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
             try:
                 while True:
                     for name, code in sup.poll():
