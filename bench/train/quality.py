@@ -6,6 +6,9 @@ scores the last exported version on the held-out hour from its exported files (t
 way serving scores) and prints model AUC next to the oracle AUC of that hour.
 
   .venv/bin/python bench/train/quality.py --hours 4 --lines 500000 --model dnn
+
+The oracle AUC is a ceiling no learner reaches from finite data; what one pass over the
+same samples can reach at best: bench/train/quality_ceiling.py <work>/data.
 """
 
 from __future__ import annotations
