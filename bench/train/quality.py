@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=500_000, help="samples per hour")
     ap.add_argument("--files", type=int, default=4, help="files per hour")
     ap.add_argument("--slots", default="0-25")
+    ap.add_argument(
+        "--vocab", type=int, default=None, help="feasigns per slot (generator default: 10000)"
+    )
     ap.add_argument("--model", default="dnn")
     ap.add_argument("--pservers", type=int, default=1)
     ap.add_argument("--trainers", type=int, default=2)
@@ -65,6 +68,7 @@ def main() -> None:
                 args.slots,
                 "--workers",
                 "2",
+                *(["--vocab", str(args.vocab)] if args.vocab else []),
             ],
             check=True,
         )
