@@ -313,5 +313,6 @@ def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
         metrics = run.data.metrics
         assert 0.65 < metrics["auc"] < 1 and metrics["job_tasks_done"] > 0, metrics
         assert metrics["job_trainers"] == 2 and metrics["job_samples_per_sec"] > 0, metrics
+        assert metrics["trainer_cpu_seconds"] > 0 and metrics["trainer_rss_peak_mb"] > 100
     versions = client.search_model_versions("name = 'elastic-cli'")
     assert sorted(v.tags[C.MLFLOW_TAG_VERSION] for v in versions) == [PARTITION, SECOND]

@@ -92,6 +92,9 @@ def test_ps_smoke_one_pserver_two_trainers(tmp_path: Path, mlflow_server) -> Non
     assert run.data.params["model.name"] == "dnn"
     assert run.data.metrics["auc"] == pytest.approx(row["auc"])
     assert run.data.metrics["samples_per_sec"] > 0
+    # Trainer 0's CPU (cores busy over the partition) and peak memory.
+    assert 0.05 < run.data.metrics["trainer_cpu_cores"] < 8
+    assert run.data.metrics["trainer_rss_peak_mb"] > 100  # Paddle alone is several hundred MB
     assert run.data.tags["last_version"] == "20200401/00"
 
     # The version is registered under the training run; MLflow's server refuses a

@@ -216,3 +216,19 @@ def test_every_zoo_model_builds_and_learns(name: str) -> None:
             last = float(value)
     assert last < 0.8 * first, (name, first, last)
     json.dumps(spec.params)  # hyperparameters are logged to MLflow/manifest as JSON
+
+
+def test_resource_meter_counts_this_process_cpu_and_peak_memory() -> None:
+    from elasticctr.train.metrics import ResourceMeter
+
+    meter = ResourceMeter()
+    block = np.ones((4000, 4000))  # 128 MB, touched
+    total = 0.0
+    for _ in range(5):
+        total += float((block * 1.0001).sum())
+    got = meter.read()
+    assert got["trainer_cpu_seconds"] > 0.01 and got["trainer_cpu_cores"] > 0.05
+    assert got["trainer_rss_peak_mb"] > 128
+    meter.reset()
+    assert meter.read()["trainer_cpu_seconds"] < got["trainer_cpu_seconds"]
+    assert total > 0

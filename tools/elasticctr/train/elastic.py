@@ -34,7 +34,7 @@ from elasticctr.coordinator.client import CoordinatorClient
 from elasticctr.coordinator.core import CHECKPOINT_STATE
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
-from elasticctr.train import roles
+from elasticctr.train import metrics, roles
 from elasticctr.train.config import TrainConfig
 
 HOLDOUT_MOD = 10
@@ -280,6 +280,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
     beat = _Heartbeat(client)
     tracker = None  # MLflow, from this trainer's first export on
+    meter = metrics.ResourceMeter()
     stats: dict[str, dict] = {}  # per partition, this trainer's share
     last: dict = {}
     steps = 0
@@ -295,7 +296,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             if kind == "export":
                 with _keep_alive(opts.coordinator, name, answer["partition"], beat.every):
                     last = _export(
-                        cfg, exe, net, runtime, dense_names, answer, staging, stats, opts
+                        cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, meter
                     )
                 client.exported(answer["partition"], answer["partition"], answer["checkpoint"])
                 tracker = tracker or roles._Tracker(cfg, renv)
@@ -369,16 +370,16 @@ def _track(tracker, client: CoordinatorClient, partition: str, result: dict, ver
         log(f"{partition}: coordinator progress unavailable for MLflow: {exc}")
         progress = {"partitions": [], "trainers": {}}
     step = sum(1 for p in progress["partitions"] if p.get("exported"))
-    metrics = dict(result)
+    logged = dict(result)
     if progress["trainers"]:
-        metrics.update(
+        logged.update(
             job_tasks_done=progress.get("tasks_done", 0),
             job_tasks_retried=progress.get("tasks_retried", 0),
             job_trainers=len(progress["trainers"]),
             job_samples_per_sec=sum(t["samples_per_s"] for t in progress["trainers"].values()),
         )
     try:
-        tracker.log(roles.Partition(partition, max(step - 1, 0)), metrics)
+        tracker.log(roles.Partition(partition, max(step - 1, 0)), logged)
     except Exception as exc:  # noqa: BLE001 - tracking must not stop training
         log(f"{partition}: MLflow logging failed: {exc}")
         return
@@ -461,7 +462,7 @@ def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
     raise EctlError(f"the pservers' dump in {ps_dir} is incomplete after {timeout:.0f}s")
 
 
-def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts) -> dict:
+def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, meter) -> dict:
     """The chief's export of one fully trained partition, as roles.run_trainer does it."""
     partition = answer["partition"]
     t0 = time.monotonic()
@@ -480,7 +481,9 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts) -
         "train_loss_last": float(np.mean(losses[-quarter:])) if losses else float("nan"),
         "samples_chief": int(mine["samples"]),
         "samples_per_sec_per_trainer": mine["samples"] / mine["secs"] if mine["secs"] else 0.0,
+        **meter.read(),  # this trainer's CPU and peak memory since its last export
     }
+    meter.reset()
     part = roles.Partition(partition, 0)
     if roles.export.published(cfg.model_store, partition):
         # Exported before the job restarted from an older checkpoint: a published version

@@ -31,3 +31,36 @@ def logloss(label: np.ndarray, prob: np.ndarray, eps: float = 1e-7) -> float:
     if label.size == 0:
         return float("nan")
     return float(-np.mean(label * np.log(prob) + (1 - label) * np.log(1 - prob)))
+
+
+class ResourceMeter:
+    """This process's CPU use and peak memory between `reset()` and `read()` (stdlib
+    `resource`): what a trainer logs per partition next to its samples/s."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def reset(self) -> None:
+        import time
+
+        self._wall, self._cpu0 = time.monotonic(), self._cpu()
+
+    def read(self) -> dict[str, float]:
+        import resource
+        import time
+
+        cpu = self._cpu() - self._cpu0
+        wall = max(time.monotonic() - self._wall, 1e-9)
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        return {
+            "trainer_cpu_seconds": cpu,
+            "trainer_cpu_cores": cpu / wall,
+            "trainer_rss_peak_mb": peak_kib / 1024.0,
+        }

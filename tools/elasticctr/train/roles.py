@@ -465,6 +465,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                 continue
             heldout, n, losses, t0 = [], 0, [], time.monotonic()
             train_labels, train_probs = [], []
+            meter = metrics.ResourceMeter()
             for i, batch in enumerate(partition_batches(cfg, part, renv, opts.synthetic)):
                 if is_chief and i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1:
                     heldout.append(batch)
@@ -511,6 +512,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                 "samples": int(totals[0]),
                 "samples_per_sec": float(totals[1]),
                 "samples_per_sec_per_trainer": float(totals[1] / renv.trainers_num),
+                **meter.read(),  # trainer 0's CPU and peak memory over this partition
             }
             last = _export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
             if tracker is not None:
