@@ -50,6 +50,10 @@ def _paddle():
     os.environ[C.ENV_PIR_API] = "0"
     import paddle
 
+    if paddle.base.framework.use_pir_api():
+        # The variable is read once, at paddle's import: another module of this process
+        # imported paddle first. Switch this process to the legacy IR for good.
+        paddle.pir_utils.OldIrGuard().__enter__()
     paddle.enable_static()
     return paddle
 
