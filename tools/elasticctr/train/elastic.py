@@ -255,17 +255,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
 
     net = roles._init_fleet(_ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots))
     signal.signal(signal.SIGTERM, on_term)  # after importing paddle, which installs its own
-    paddle = roles._paddle()
-    import paddle.distributed.fleet as fleet
-
-    place = paddle.CPUPlace()
-    exe = paddle.static.Executor(place)
-    exe.run(paddle.static.default_startup_program())
-    waited = role_env.wait_for_endpoints(renv.pserver_endpoints, opts.pserver_wait)
-    log(f"all pservers reachable after {waited:.1f}s")
-    t_init = time.monotonic()
-    fleet.init_worker()
-    log(f"worker initialised in {time.monotonic() - t_init:.1f}s (no collectives)")
+    paddle, fleet, place, exe = roles.start_worker(renv, opts.pserver_wait, " (no collectives)")
     runtime = fleet.fleet._runtime_handle
     dense_names = roles._dense_names()
     pull_dense = roles._dense_puller()

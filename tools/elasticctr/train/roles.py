@@ -343,6 +343,23 @@ def write_checkpoint(checkpoint_dir: Path, dump_ps: Path, progress: dict) -> Non
     shutil.rmtree(old, ignore_errors=True)
 
 
+def start_worker(renv: role_env.RoleEnv, pserver_wait: float, note: str = ""):
+    """A trainer's start: run the startup program, wait until every pserver listens,
+    `fleet.init_worker()`; returns (paddle, fleet, place, executor)."""
+    paddle = _paddle()
+    import paddle.distributed.fleet as fleet
+
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    exe.run(paddle.static.default_startup_program())
+    waited = role_env.wait_for_endpoints(renv.pserver_endpoints, pserver_wait)
+    log(f"all pservers reachable after {waited:.1f}s")
+    t_init = time.monotonic()
+    fleet.init_worker()
+    log(f"worker initialised in {time.monotonic() - t_init:.1f}s{note}")
+    return paddle, fleet, place, exe
+
+
 def _dense_puller():
     """A function that refreshes this trainer's dense parameters from the pservers.
 
@@ -442,17 +459,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     # pserver 0 hosts the rendezvous store the trainers' barriers are set up through.
     role_env.wait_for_endpoints([renv.gloo_endpoint], opts.pserver_wait, what="rendezvous")
     net = _init_fleet(renv, cfg.model, len(cfg.slots))
-    paddle = _paddle()
-    import paddle.distributed.fleet as fleet
-
-    place = paddle.CPUPlace()
-    exe = paddle.static.Executor(place)
-    exe.run(paddle.static.default_startup_program())
-    waited = role_env.wait_for_endpoints(renv.pserver_endpoints, opts.pserver_wait)
-    log(f"all pservers reachable after {waited:.1f}s")
-    t_init = time.monotonic()
-    fleet.init_worker()
-    log(f"worker initialised in {time.monotonic() - t_init:.1f}s")
+    paddle, fleet, place, exe = start_worker(renv, opts.pserver_wait)
     dense_names = _dense_names()
     pull_dense = _dense_puller()
     pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, DENSE_PULL_EVERY))
