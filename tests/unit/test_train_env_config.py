@@ -63,12 +63,41 @@ def test_volcano_variables_map_to_paddle_for_both_roles() -> None:
         f"job-pserver-0.job:{C.DEFAULT_PSERVER_PORT}",
         f"job-pserver-1.job:{C.DEFAULT_PSERVER_PORT}",
     )
-    # Paddle finds its shard by POD_IP:PADDLE_PORT in the list: the host name is used.
+    # Without POD_IP Paddle finds its shard (and binds) by the host name.
     assert ps.index == 1 and ps.pod_ip == "job-pserver-1.job"
     assert ps.port == C.DEFAULT_PSERVER_PORT and ps.trainers_num == 3
     tr = role_env.resolve(vc, role="trainer")
     assert tr.index == 1 and tr.trainers_num == 3
     assert tr.gloo_endpoint == f"job-pserver-0.job:{C.DEFAULT_GLOO_PORT}"
+
+
+@pytest.mark.fast
+def test_a_volcano_pserver_binds_its_pod_address_not_its_host_name() -> None:
+    """The svc plugin's host names resolve only once a pod is Ready, and a pserver is Ready
+    only once it listens: binding its own host name would deadlock the job's start. The
+    pserver's own entry is its pod IP (what Paddle binds and finds its index by); the other
+    entries, and every trainer's list, keep the host names in the same order."""
+    vc = {
+        C.ENV_VC_PSERVER_HOSTS: "job-pserver-0.job,job-pserver-1.job,job-pserver-2.job",
+        C.ENV_VC_TRAINER_NUM: "2",
+        C.ENV_PADDLE_PORT: "6170",
+    }
+    ps = role_env.resolve({**vc, C.ENV_VC_TASK_INDEX: "1", C.ENV_POD_IP: "10.244.0.7"}, "pserver")
+    assert ps.index == 1 and ps.pod_ip == "10.244.0.7" and ps.port == 6170
+    assert ps.pserver_endpoints == (
+        "job-pserver-0.job:6170",
+        "10.244.0.7:6170",
+        "job-pserver-2.job:6170",
+    )
+    env = ps.paddle_env()
+    # Paddle's role maker: index = list.index(POD_IP:PADDLE_PORT); the server binds that entry.
+    listed = env[C.ENV_PSERVER_ENDPOINTS].split(",")
+    assert listed.index(f"{env[C.ENV_POD_IP]}:{env[C.ENV_PADDLE_PORT]}") == 1
+    ps0 = role_env.resolve({**vc, C.ENV_VC_TASK_INDEX: "0", C.ENV_POD_IP: "10.244.0.5"}, "pserver")
+    assert ps0.pserver_endpoints[0] == "10.244.0.5:6170"
+    assert ps0.gloo_endpoint == f"10.244.0.5:{C.DEFAULT_GLOO_PORT}"  # pserver 0 serves it
+    tr = role_env.resolve({**vc, C.ENV_VC_TASK_INDEX: "1", C.ENV_POD_IP: "10.244.0.9"}, "trainer")
+    assert tr.pserver_endpoints == tuple(f"job-pserver-{i}.job:6170" for i in range(3))
 
 
 @pytest.mark.fast
@@ -165,6 +194,36 @@ def test_values_to_train_config() -> None:
         )
     text = "\n".join(err.value.problems)
     assert "unique" in text and "YYYYMMDD/HH" in text and "batchSize" in text
+
+
+@pytest.mark.fast
+def test_hdfs_address_and_the_ugi_from_the_environment_reach_the_train_config(monkeypatch):
+    """global.data.hdfsAddress completes an hdfs:/// path, and HDFS_UGI from the environment
+    (the chart's trainer.hdfs.existingSecret) is used when the values carry none."""
+    values = {
+        "global": {
+            "data": {
+                "path": "hdfs:///ctr/data",
+                "hdfsAddress": "namenode.hadoop:8020",
+                "slots": [1],
+                "startDateHour": "20200401/00",
+            }
+        },
+        "trainer": {"model": {"name": "lr"}},
+    }
+    monkeypatch.delenv(C.ENV_HDFS_UGI, raising=False)
+    cfg = from_values(values)
+    assert cfg.data_path == "hdfs://namenode.hadoop:8020/ctr/data" and cfg.hdfs_ugi is None
+    monkeypatch.setenv(C.ENV_HDFS_UGI, "ctr,secret")
+    assert from_values(values).hdfs_ugi == "ctr,secret"
+    values["global"]["data"]["hdfsUgi"] = "other,pw"  # the values file wins
+    assert from_values(values).hdfs_ugi == "other,pw"
+    values["global"]["data"]["path"] = "hdfs://nn2:9000/x"  # a full URL is kept
+    assert from_values(values).data_path == "hdfs://nn2:9000/x"
+    values["global"]["data"]["hdfsAddress"] = "s3://bucket"
+    with pytest.raises(ValidationError, match="not usable") as err:
+        from_values(values)
+    assert any("global.data.hdfsAddress" in p for p in err.value.problems)
 
 
 def test_auc_and_logloss_match_sklearn() -> None:

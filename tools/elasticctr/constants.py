@@ -39,6 +39,10 @@ DATA_CONFIG = "data.config"
 DEFAULT_MAX_ERROR_RATE = 0.01
 """Share of malformed lines a data file may have before reading it fails (maxErrorRate)."""
 
+ENV_HDFS_UGI = "HDFS_UGI"
+"""HDFS credentials (`user,password`) when the values file carries no global.data.hdfsUgi
+(the chart sets it from trainer.hdfs.existingSecret)."""
+
 DATA_FILE_PREFIX = "part-"
 """Data files of a partition are named part-*; other files (donefile, _SUCCESS) are not data."""
 

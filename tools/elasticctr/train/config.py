@@ -1,9 +1,11 @@
 """What a training role needs from the values file (docs/contracts.md), validated once.
 
 Keys read: `trainer.model` (name + hyperparameters, see `elasticctr.train.models`),
-`global.data` (path, slots, sparseDim, startDateHour, endDateHour, maxErrorRate,
-hdfsUgi), `global.modelStore`, `global.mlflow.trackingUri`. Everything else in the
-values file belongs to other parts and is ignored here.
+`global.data` (path, hdfsAddress, slots, sparseDim, startDateHour, endDateHour,
+maxErrorRate, hdfsUgi), `global.modelStore`, `global.mlflow.trackingUri`. Everything else
+in the values file belongs to other parts and is ignored here. `hdfsAddress` completes an
+`hdfs:///path` (or bare path) data URL; HDFS_UGI comes from the values, else from the
+`HDFS_UGI` environment variable (the chart sets it from `trainer.hdfs.existingSecret`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from elasticctr.constants import DEFAULT_MAX_ERROR_RATE
+from elasticctr.constants import DEFAULT_MAX_ERROR_RATE, ENV_HDFS_UGI
+from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
 from elasticctr.train.models import ModelSpec, resolve_spec
 
@@ -83,6 +86,12 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
     rate = data.get("maxErrorRate", DEFAULT_MAX_ERROR_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
         problems.append(f"global.data.maxErrorRate: expected a number in [0, 1], got {rate!r}")
+    data_path = str(data.get("path") or "")
+    if data_path and data.get("hdfsAddress"):
+        try:
+            data_path = dataset_url(data_path, str(data["hdfsAddress"]))
+        except ValueError as exc:
+            problems.append(f"global.data.hdfsAddress: {exc}")
     model_store = _get(values, "global", "modelStore") or ""
     # The chart sets MLFLOW_TRACKING_URI when trackingUri is empty (its own mlflow subchart).
     mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or os.environ.get(
@@ -93,12 +102,12 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
     return TrainConfig(
         model=spec,
         slots=tuple(slots),
-        data_path=str(data.get("path") or ""),
+        data_path=data_path,
         sparse_dim=sparse_dim,
         start_date_hour=str(data.get("startDateHour") or ""),
         end_date_hour=str(data.get("endDateHour") or ""),
         max_error_rate=float(rate),
-        hdfs_ugi=data.get("hdfsUgi") or None,
+        hdfs_ugi=data.get("hdfsUgi") or os.environ.get(ENV_HDFS_UGI) or None,
         model_store=str(model_store),
         mlflow_uri=str(mlflow_uri),
     )

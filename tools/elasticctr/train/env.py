@@ -124,9 +124,16 @@ def resolve(env: Mapping[str, str] | None = None, role: str | None = None) -> Ro
         if index is not None and endpoints and not 0 <= index < len(endpoints):
             problems.append(f"pserver index {index} is outside the {len(endpoints)} endpoints")
         elif index is not None and endpoints:
-            # Paddle finds its shard by matching POD_IP:PADDLE_PORT within the list.
+            # Paddle finds its shard by matching POD_IP:PADDLE_PORT within the list, and
+            # its server binds that entry's host. In a Volcano job the entry is the pod's
+            # svc-plugin host name, which has no DNS record until the pod is Ready (and the
+            # pod is Ready only once the server listens): the pserver's own entry becomes
+            # its pod address instead. Trainers keep the host names; the order, and so
+            # every shard's index, is the same in both lists.
             host, _, ep_port = endpoints[index].rpartition(":")
-            pod_ip = pod_ip if f"{pod_ip}:{ep_port}" in endpoints else host
+            if pod_ip and host != pod_ip:
+                endpoints[index] = f"{pod_ip}:{ep_port}"
+            pod_ip = pod_ip or host
             port = int(ep_port)
         if index is None:
             problems.append(
