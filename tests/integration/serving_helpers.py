@@ -31,14 +31,19 @@ class ServeProc:
             cwd=log.parent,  # anything the service writes relative (e.g. ./mlruns) stays there
         )
 
-    def wait_ready(self, timeout: float = 90.0, headers: dict | None = None) -> None:
+    def wait_ready(
+        self, timeout: float = 90.0, headers: dict | None = None, loaded: bool = True
+    ) -> dict:
+        """Wait for /readyz 200 (with a loaded version unless `loaded` is false: serving is
+        also ready while no model version exists yet); return its body."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ectl serve exited {self.proc.returncode}: {self.text()}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return
+                r = httpx.get(self.url + "/readyz", timeout=1)
+                if r.status_code == 200 and (r.json().get("version") or not loaded):
+                    return r.json()
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -46,13 +47,16 @@ def _switch_all(client: CubeClient, version: str) -> None:
     client.each(lambda s: s.commit(version))
 
 
-def test_not_ready_until_a_version_is_committed_then_lookups(cube):
+def test_ready_without_a_version_answers_503_until_one_is_committed_then_lookups(cube):
+    """Ready = able to serve what the shard holds: with nothing committed yet it is ready
+    (an install waiting for readiness must not wait for training) and lookups say why not."""
     procs, client, keys = cube["procs"], cube["client"], cube["keys"]
     assert httpx.get(f"{procs[0].url}/healthz").status_code == 200
     r = httpx.get(f"{procs[0].url}/readyz")
-    assert r.status_code == 503 and "no version committed" in r.json()["error"]
+    assert r.status_code == 200 and r.json()["version"] is None
+    assert "no model version" in r.json()["detail"]
     r = httpx.post(f"{procs[0].url}/v1/lookup", content=keys[:4].tobytes())
-    assert r.status_code == 503
+    assert r.status_code == 503 and "no committed version yet" in r.json()["error"]
     _switch_all(client, V1)
     for p in procs:
         assert p.wait_ready(V1)["version"] == V1
@@ -275,3 +279,32 @@ def test_lookups_during_switches_never_mix_versions(cube):
         client.close()
     assert not errors, errors[:3]
     assert len(seen) >= 2, seen  # the switches really happened under load
+
+
+def test_not_ready_when_the_committed_version_cannot_be_restored(cube, tmp_path):
+    """A restarted shard whose state names a committed version it cannot load has lost what
+    it served: not ready (cube-transfer's reconcile commits a version to it again). A state
+    of another shard layout (re-sharding) is ignored: ready, nothing held."""
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    state = {"shard": 0, "num_shards": SHARDS, "committed": "20200409/09", "history": []}
+    (lost / "state.json").write_text(json.dumps(state))
+    resharded = tmp_path / "resharded"
+    resharded.mkdir()
+    (resharded / "state.json").write_text(json.dumps({**state, "committed": V1, "num_shards": 5}))
+    procs = [
+        ShardProc(cube["cube_root"], lost, 0, SHARDS).start(),
+        ShardProc(cube["cube_root"], resharded, 0, SHARDS).start(),
+    ]
+    try:
+        r = httpx.get(f"{procs[0].url}/readyz")
+        assert r.status_code == 503 and "cannot be restored" in r.json()["error"]
+        r = httpx.get(f"{procs[1].url}/readyz")
+        assert r.status_code == 200 and r.json()["version"] is None
+        shard = ShardClient(procs[0].url)
+        shard.load(V1)
+        shard.commit(V1)
+        assert procs[0].wait_ready(V1, timeout=30)["version"] == V1
+    finally:
+        for p in procs:
+            p.stop()

@@ -72,6 +72,38 @@ def transfer(setup, version: str, notify: str | None = None) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_ready_with_no_model_version_yet_then_serves_the_first_one(setup):
+    """Before cube has committed any version, serving is ready (an install waiting for
+    readiness must not wait for training) and predictions get a clear 503 `no_model`; the
+    first committed version is then loaded and served. Runs first: nothing committed yet."""
+    proc = ServeProc(
+        ["--store", setup["store_url"], "--cube", ",".join(setup["urls"]),
+         "--poll-interval", "0.5", "--cache", str(setup["tmp"] / "cache-first")],
+        setup["tmp"] / "serve-first.log",
+    )  # fmt: skip
+    try:
+        ready = proc.wait_ready(loaded=False)
+        assert ready["version"] is None and "no model version yet" in ready["detail"]
+        r = httpx.post(proc.url + "/v1/predict", content=setup["demo"].read_bytes(),
+                       headers={"Content-Type": "text/plain"})  # fmt: skip
+        assert r.status_code == 503 and r.json()["error"]["code"] == "no_model", r.text
+        assert "no model version yet" in r.json()["error"]["message"]
+        # `helm test` right after an install: `ectl predict --no-model-ok` passes, and says so.
+        cmd = [*ECTL, "predict", str(setup["demo"]), "--url", proc.url, "-q"]
+        strict = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert strict.returncode != 0 and "no model version yet" in strict.stderr
+        lenient = subprocess.run([*cmd, "--no-model-ok"], capture_output=True, text=True, timeout=120)
+        assert lenient.returncode == 0, lenient.stderr
+        assert "serving is up and has no model version yet" in lenient.stderr
+        transfer(setup, V1)
+        assert proc.wait_ready(timeout=60)["version"] == V1
+        r = httpx.post(proc.url + "/v1/predict", content=setup["demo"].read_bytes(),
+                       headers={"Content-Type": "text/plain"})  # fmt: skip
+        assert r.status_code == 200 and r.json()["version"] == V1, r.text
+    finally:
+        proc.stop()
+
+
 def test_cube_backed_serving_follows_transfer_and_never_mixes(setup):
     data = setup["demo"].read_bytes()
     want = {V1: expected(setup["store"], V1, data), V2: expected(setup["store"], V2, data)}

@@ -426,6 +426,19 @@ def test_status_tables_show_what_is_not_up_yet(capsys):
     )
     _print_status(sample)
     out = flat(capsys.readouterr().out)
+    # Serving ready before the first model version: the status says there is none yet.
+    sample["serving"] = {
+        "deployment": "ctr-serving",
+        "ready": 2,
+        "replicas": 2,
+        "serving": True,
+        "modelVersion": None,
+        "detail": "no model version yet (training has not published one)",
+    }
+    _print_status(sample)
+    assert "2/2 ready, model version no model version yet (training" in flat(
+        capsys.readouterr().out
+    )
     for expected in (
         "HTTP 404",
         "no running coordinator pod",

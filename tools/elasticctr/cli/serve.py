@@ -133,6 +133,12 @@ def predict(
     ),
     chunk: int = typer.Option(500, min=1, help="Samples per request."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary, no probabilities."),
+    no_model_ok: bool = typer.Option(
+        False,
+        "--no-model-ok",
+        help="Exit 0 when the service answers that no model version exists yet (helm test "
+        "right after an install).",
+    ),
 ) -> None:
     """Predict click probabilities for sample lines; AUC and logloss from their labels.
 
@@ -142,7 +148,7 @@ def predict(
 
       ectl predict data.txt --url http://127.0.0.1:8600
     """
-    from elasticctr.serving.client import ServingClient
+    from elasticctr.serving.client import NoModelYet, ServingClient
 
     if file == "-":
         data, source = sys.stdin.buffer.read(), "<stdin>"
@@ -154,6 +160,11 @@ def predict(
     client = ServingClient(url, _token(token_file))
     try:
         result = client.predict_file(data, source, chunk)
+    except NoModelYet as exc:
+        if not no_model_ok:
+            raise
+        typer.echo(f"serving is up and has no model version yet: {exc.message}", err=True)
+        return
     finally:
         client.close()
     if not quiet:

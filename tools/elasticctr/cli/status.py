@@ -233,6 +233,9 @@ def collect_status(target: Target) -> dict[str, Any]:
             status["serving"]["modelVersion"] = (
                 ready.get("version") if isinstance(ready, dict) and "version" in ready else None
             )
+            if isinstance(ready, dict) and ready.get("version") is None and ready.get("detail"):
+                # Ready with nothing to serve: no model version exists yet.
+                status["serving"]["detail"] = ready["detail"]
         mlflow = by_component.get("mlflow")
         status["mlflow"] = (
             {
@@ -356,7 +359,7 @@ def _print_status(s: dict[str, Any]) -> None:
         _fmt(serving)
         if "unavailable" in serving
         else f"{serving['ready']}/{serving['replicas']} ready, model version "
-        f"{serving.get('modelVersion') or 'none loaded'}",
+        f"{serving.get('modelVersion') or serving.get('detail') or 'none loaded'}",
     )
     summary.add_row(
         "mlflow",

@@ -5,7 +5,7 @@ of numpy, so per-request framework overhead would dominate (see docs/cube.md for
 measurements). Routes:
 
     POST /v1/lookup        binary (protocol.py)         GET  /healthz   process alive
-    POST /v1/lookup.json   {"keys": [...], "version"?}  GET  /readyz    a version committed
+    POST /v1/lookup.json   {"keys": [...], "version"?}  GET  /readyz    serving what it holds
     GET  /v1/status        versions held, committed     GET  /metrics   Prometheus text
     POST /admin/load       {"version"}: verify sha256, mmap, stage
     POST /admin/commit     {"version"}: atomic swap, persisted to the state dir
@@ -280,10 +280,18 @@ class CubeApp:
         )
 
     def readyz(self, req: Request) -> Response:
-        if self.state.committed is None:
-            reason = self.state.last_error or "no version committed yet"
-            return error_response(503, f"not ready: {reason}")
-        return json_response(200, {"ready": True, "version": self.state.committed.version})
+        """Ready = able to serve what the shard holds. Before the first version is committed
+        that is nothing: ready, lookups answer 503 "no committed version yet" (so an install
+        waiting for readiness completes before training has produced a model). Not ready
+        only when the committed version of the state dir could not be restored."""
+        state = self.state
+        if state.committed is None and state.restore_error:
+            return error_response(503, f"not ready: {state.restore_error}")
+        if state.committed is None:
+            return json_response(
+                200, {"ready": True, "version": None, "detail": "no model version committed yet"}
+            )
+        return json_response(200, {"ready": True, "version": state.committed.version})
 
     def prometheus(self, req: Request) -> Response:
         return Response(200, self.metrics.render(self.state).encode(), "text/plain; version=0.0.4")

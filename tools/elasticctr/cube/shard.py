@@ -66,6 +66,9 @@ class ShardState:
         self.committed: LoadedVersion | None = None
         self.history: list[str] = []  # committed versions, newest first
         self.last_error: str | None = None
+        # Set when the committed version of the state dir could not be loaded after a
+        # restart (the shard lost what it served): not ready until a version is committed.
+        self.restore_error: str | None = None
         self.loads_ok = 0
         self.loads_rejected = 0
         self.commits = 0
@@ -131,6 +134,7 @@ class ShardState:
             self.committed = lv  # the swap: one reference assignment
             self.commits += 1
             self.last_error = None
+            self.restore_error = None
             self._evict()
             log.info("committed version %s", version)
             return lv
@@ -191,6 +195,7 @@ class ShardState:
             lv = self.load(committed)
         except EctlError as exc:
             self.last_error = f"committed version {committed} cannot be restored: {exc}"
+            self.restore_error = self.last_error
             log.error(self.last_error)
             return
         self.committed = lv

@@ -58,6 +58,8 @@ from elasticctr.serving.samples import (
 
 log = logging.getLogger("elasticctr.serving")
 
+NO_MODEL_YET = "no model version yet (training has not published one, or cube has not committed it)"
+
 
 @dataclass
 class ServeConfig:
@@ -240,6 +242,9 @@ class VersionManager:
         self.last_error: str | None = None
         self.failed: dict[str, float] = {}  # version -> when it failed (poller backoff)
         self.followed: str | None = None  # the last committed version the poller acted on
+        # The last poll learned that no model version exists yet (cube has committed none,
+        # or the store holds none): ready with nothing to serve (readyz, docs/serving.md).
+        self.no_version_yet = False
 
     def _load(self, version: str) -> ServingVersion:
         """Blocking: fetch + verify + build the predictor (runs in a worker thread)."""
@@ -331,7 +336,9 @@ class VersionManager:
             want = await self.wanted()
         except (EctlError, OSError) as exc:
             self.last_error = f"cannot learn the committed version: {exc}"
+            self.no_version_yet = False
             return
+        self.no_version_yet = not want
         if not want:
             return
         if self.current and want == self.current.version:
@@ -423,7 +430,7 @@ class ServingApp:
         for attempt in (0, 1):
             sv = self.versions.current
             if sv is None:
-                raise RequestError(503, "not_ready", self._not_ready_reason())
+                raise self._no_version()
             if pinned and pinned != sv.version:
                 raise RequestError(
                     409, "version_mismatch", f"serving {sv.version}, the request asked {pinned}"
@@ -451,10 +458,15 @@ class ServingApp:
         why = self.versions.last_error or "no model version loaded yet"
         return f"not ready: {why}"
 
+    def _no_version(self) -> RequestError:
+        if self.versions.no_version_yet:
+            return RequestError(503, "no_model", NO_MODEL_YET)
+        return RequestError(503, "not_ready", self._not_ready_reason())
+
     async def version(self, req: Request) -> Response:
         sv = self.versions.current
         if sv is None:
-            raise RequestError(503, "not_ready", self._not_ready_reason())
+            raise self._no_version()
         return Response.json(
             200,
             {
@@ -487,7 +499,12 @@ class ServingApp:
         return Response.json(200, {"status": "ok"})
 
     async def readyz(self, req: Request) -> Response:
+        """Ready = able to serve what there is: a loaded version, or no model version at all
+        yet (then /v1/predict answers 503 `no_model`; an install waiting for readiness must
+        not wait for training). Not ready while a version exists but is not loaded."""
         sv = self.versions.current
+        if sv is None and self.versions.no_version_yet:
+            return Response.json(200, {"status": "ready", "version": None, "detail": NO_MODEL_YET})
         if sv is None:
             return Response.error(503, "not_ready", self._not_ready_reason())
         return Response.json(200, {"status": "ready", "version": sv.version})

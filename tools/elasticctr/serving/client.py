@@ -50,6 +50,10 @@ def logloss(labels: np.ndarray, probs: np.ndarray, eps: float = 1e-7) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
+class NoModelYet(ValidationError):
+    """The service runs but no model version exists yet (503 `no_model`)."""
+
+
 class ServingClient:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -73,8 +77,9 @@ class ServingClient:
                 msg = err["message"]
                 problems = err.get("problems", [])
             except (ValueError, KeyError, TypeError):
-                msg, problems = resp.text[:300], []
-            raise ValidationError(f"{self.url}{path}: {resp.status_code} {msg}", problems)
+                msg, problems, err = resp.text[:300], [], {}
+            cls = NoModelYet if err.get("code") == "no_model" else ValidationError
+            raise cls(f"{self.url}{path}: {resp.status_code} {msg}", problems)
         return resp
 
     def version(self) -> dict:

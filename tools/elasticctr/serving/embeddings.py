@@ -163,19 +163,27 @@ class CubeEmbeddings:
         return rows
 
     async def committed(self) -> str | None:
-        """The version every shard has committed, or None while they disagree/are down."""
+        """The version every shard has committed; None when no shard has committed one yet.
+        Raises CubeUnavailable when a shard cannot tell, or while the shards disagree (a
+        switch in progress), so that None really means "no model version yet"."""
         answers = await asyncio.gather(
             *(s.request("GET", "/v1/status") for s in self.shards), return_exceptions=True
         )
         seen = set()
-        for ans in answers:
-            if isinstance(ans, BaseException) or ans[0] != 200:
-                return None
+        for shard, ans in zip(self.shards, answers, strict=True):
+            if isinstance(ans, BaseException):
+                raise CubeUnavailable(str(ans)) from ans
+            if ans[0] != 200:
+                raise CubeUnavailable(f"cube shard {shard.url} answered {ans[0]}: {_msg(ans[1])}")
             try:
                 seen.add(json.loads(ans[1]).get("committed"))
             except ValueError:
-                return None
-        return seen.pop() if len(seen) == 1 else None
+                raise CubeUnavailable(f"cube shard {shard.url}: /v1/status is not JSON") from None
+        if len(seen) > 1:
+            raise CubeUnavailable(
+                f"cube shards disagree on the committed version: {sorted(map(str, seen))}"
+            )
+        return seen.pop()
 
     def close(self) -> None:
         for s in self.shards:

@@ -138,7 +138,12 @@ SPEC = {
         },
         "/healthz": {"get": {"responses": {"200": {"description": "process alive"}}}},
         "/readyz": {
-            "get": {"responses": {"200": {"description": "a version is loaded"}, "503": _ERR}}
+            "get": {
+                "responses": {
+                    "200": {"description": "a version is loaded, or no model version exists yet"},
+                    "503": _ERR,
+                }
+            }
         },
         "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text format"}}}},
     },
