@@ -111,6 +111,7 @@ BAD_VALUES = [
     ({"global": {"data": {"slots": [1, 1]}}}, "at '/global/data/slots'"),
     ({"serving": {"service": {"type": "External"}}}, "at '/service/type'"),
     ({"trainer": {"trainer": {"resources": {"limits": {"cpu": "lots"}}}}}, "/trainer/resources"),
+    ({"trainer": {"staging": {"accessMode": "ReadOnlyMany"}}}, "at '/staging/accessMode'"),
 ]
 
 
@@ -172,6 +173,15 @@ AGREEMENT_CASES = [
         }
     },
     {"fileserver": {"auth": {"existingSecret": "fs"}}, "trainer": {"model": {"cinLayers": [2]}}},
+    {
+        "fileserver": {
+            "auth": {"existingSecret": "fs", "existingSecretKey": "k", "protectReads": True}
+        }
+    },
+    {
+        "fileserver": {"auth": {"protectReads": True}},
+        "serving": {"fileserverToken": {"existingSecretKey": "k"}},
+    },
 ]
 
 

@@ -202,6 +202,29 @@ def test_cross_field_rule(user, message, chart):
     assert V.validate(user, chart) == [message]
 
 
+def test_every_part_that_sends_the_fileserver_token_reads_the_fileservers_secret(chart):
+    """trainer (uploads) always; cube-transfer and serving (reads) when reads are protected:
+    each must name the fileserver's existing Secret and key, or it sends no token (401)."""
+    fs = {"existingSecret": "fs", "existingSecretKey": "tok"}
+    user = {"fileserver": {"auth": {**fs, "protectReads": True}}}
+    assert [p.split(":")[0] for p in V.validate(user, chart)] == [
+        f"{part}.fileserverToken.{key}"
+        for part in ("trainer", "cube", "serving")
+        for key in ("existingSecret", "existingSecretKey")
+    ]
+    same = {part: {"fileserverToken": fs} for part in ("trainer", "cube", "serving")}
+    assert V.validate({**user, **same}, chart) == []
+    # Open reads: only the trainer needs the token.
+    assert V.validate({"fileserver": {"auth": fs}, "trainer": same["trainer"]}, chart) == []
+    # The generated Secret keeps the token under `token`.
+    assert V.validate({"trainer": {"fileserverToken": {"existingSecretKey": "t"}}}, chart) == [
+        "trainer.fileserverToken.existingSecretKey: must be token like the fileserver's token "
+        "key (training uploads model versions to the fileserver with that token)"
+    ]
+    # A model store elsewhere: the fileserver's token is nobody's business.
+    assert V.validate({**user, "global": {"modelStore": "hdfs://nn:8020/m"}}, chart) == []
+
+
 def test_all_cross_field_problems_are_reported_together(chart):
     problems = V.validate(
         {

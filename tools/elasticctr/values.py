@@ -266,18 +266,6 @@ def cross_field_problems(values: Values) -> list[str]:
                 "without a namenode"
             )
         )
-
-        def upload_token():
-            secret = _dig(values, "fileserver.auth.existingSecret")
-            if fileserver and not g.get("modelStore") and secret:
-                if _dig(values, "trainer.fileserverToken.existingSecret") != secret:
-                    return (
-                        f"trainer.fileserverToken.existingSecret: must be {secret} like "
-                        "fileserver.auth.existingSecret (training uploads model versions to "
-                        "the fileserver with that token)"
-                    )
-
-        rule(upload_token)
         rule(
             lambda: (
                 (
@@ -306,6 +294,37 @@ def cross_field_problems(values: Values) -> list[str]:
             "(empty means the release's fileserver)"
         )
     )
+
+    def fileserver_tokens():
+        # Parts that send the fileserver token read the fileserver's Secret and key
+        # (trainer: uploads; cube-transfer and serving: reads, with protectReads).
+        if not fileserver or g.get("modelStore"):
+            return
+        secret = _dig(values, "fileserver.auth.existingSecret")
+        key = _dig(values, "fileserver.auth.existingSecretKey") if secret else "token"
+        why = {
+            "trainer": "training uploads model versions to the fileserver with that token",
+            "cube": "cube-transfer reads model versions from the fileserver with that token",
+            "serving": "serving reads model versions from the fileserver with that token",
+        }
+        for part in ("trainer", "cube", "serving"):
+            if not on(part) or (
+                part != "trainer" and not _dig(values, "fileserver.auth.protectReads")
+            ):
+                continue
+            mine = _dig(values, f"{part}.fileserverToken", {})
+            if secret and mine.get("existingSecret") != secret:
+                problems.append(
+                    f"{part}.fileserverToken.existingSecret: must be {secret} like "
+                    f"fileserver.auth.existingSecret ({why[part]})"
+                )
+            if mine.get("existingSecretKey") != key:
+                problems.append(
+                    f"{part}.fileserverToken.existingSecretKey: must be {key} like the "
+                    f"fileserver's token key ({why[part]})"
+                )
+
+    rule(fileserver_tokens)
     rule(
         lambda: (
             (

@@ -51,9 +51,6 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
     {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
   {{- end -}}
-  {{- if and $fileserver (not $g.modelStore) $v.fileserver.auth.existingSecret (ne $v.fileserver.auth.existingSecret $v.trainer.fileserverToken.existingSecret) -}}
-    {{- $errs = append $errs (printf "trainer.fileserverToken.existingSecret: must be %s like fileserver.auth.existingSecret (training uploads model versions to the fileserver with that token)" $v.fileserver.auth.existingSecret) -}}
-  {{- end -}}
   {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
     {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
   {{- end -}}
@@ -63,6 +60,24 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- end -}}
 {{- if and (not $g.modelStore) (not $fileserver) (or $v.trainer.enabled $v.cube.enabled $v.serving.enabled) -}}
   {{- $errs = append $errs "global.modelStore: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
+{{- end -}}
+{{- /* Parts that send the fileserver token: the Secret and key they read must be the
+fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectReads). */ -}}
+{{- if and $fileserver (not $g.modelStore) -}}
+  {{- $auth := $v.fileserver.auth -}}
+  {{- $key := ternary $auth.existingSecretKey "token" (ne $auth.existingSecret "") -}}
+  {{- $why := dict "trainer" "training uploads model versions to the fileserver with that token" "cube" "cube-transfer reads model versions from the fileserver with that token" "serving" "serving reads model versions from the fileserver with that token" -}}
+  {{- range $part := list "trainer" "cube" "serving" -}}
+    {{- $pv := index $v $part -}}
+    {{- if and $pv.enabled (or (eq $part "trainer") $auth.protectReads) -}}
+      {{- if and $auth.existingSecret (ne $auth.existingSecret $pv.fileserverToken.existingSecret) -}}
+        {{- $errs = append $errs (printf "%s.fileserverToken.existingSecret: must be %s like fileserver.auth.existingSecret (%s)" $part $auth.existingSecret (get $why $part)) -}}
+      {{- end -}}
+      {{- if ne $key $pv.fileserverToken.existingSecretKey -}}
+        {{- $errs = append $errs (printf "%s.fileserverToken.existingSecretKey: must be %s like the fileserver's token key (%s)" $part $key (get $why $part)) -}}
+      {{- end -}}
+    {{- end -}}
+  {{- end -}}
 {{- end -}}
 {{- if and $fileserver $v.fileserver.auth.token $v.fileserver.auth.existingSecret -}}
   {{- $errs = append $errs "fileserver.auth: set token or existingSecret, not both" -}}

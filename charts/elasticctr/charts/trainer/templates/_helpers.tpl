@@ -64,14 +64,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.staging.existingClaim | default (printf "%s-staging" (include "trainer.fullname" .)) -}}
 {{- end -}}
 
-{{/* ElasticCTR data.config: shell-style env file (HDFS_UGI comes from a Secret instead). */}}
+{{/* ElasticCTR data.config: shell-style env file (HDFS_UGI comes from a Secret instead).
+Single quotes: literal values (no $VAR expansion). SPARSE_DIM through int64: Helm reads
+numbers in values as floats and would print 1000001 as 1.000001e+06; 0 (raw feasigns) is
+written as no SPARSE_DIM at all, as ElasticCTR's parser expects. */}}
 {{- define "trainer.dataConfig" -}}
 {{- $d := .Values.global.data -}}
-HDFS_ADDRESS={{ $d.hdfsAddress | quote }}
-START_DATE_HR={{ $d.startDateHour | quote }}
-END_DATE_HR={{ $d.endDateHour | quote }}
-DATASET_PATH={{ include "trainer.dataPath" . | quote }}
-SPARSE_DIM={{ $d.sparseDim }}
+HDFS_ADDRESS={{ $d.hdfsAddress | squote }}
+START_DATE_HR={{ $d.startDateHour | squote }}
+END_DATE_HR={{ $d.endDateHour | squote }}
+DATASET_PATH={{ include "trainer.dataPath" . | squote }}
+{{- if $d.sparseDim }}
+SPARSE_DIM={{ $d.sparseDim | int64 }}
+{{- end }}
 {{- end -}}
 
 {{/* The effective values every role reads with `ectl ... -f`: the umbrella's global section

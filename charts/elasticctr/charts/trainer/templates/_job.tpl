@@ -14,7 +14,9 @@ ttlSecondsAfterFinished: {{ $v.volcano.ttlSecondsAfterFinished }}
 {{- end }}
 plugins:
   # svc: headless Service + stable hostnames <job>-<task>-<i>.<job>, VC_<TASK>_HOSTS/_NUM env.
-  svc: {{ if $v.volcano.svcNetworkPolicy }}[]{{ else }}["--disable-network-policy=true"]{{ end }}
+  # The Service publishes not-ready pods too: peers resolve a pserver's or the coordinator's
+  # host name while it starts (pservers bind their pod IP, elasticctr.train.env).
+  svc: {{ if $v.volcano.svcNetworkPolicy }}["--publish-not-ready-addresses=true"]{{ else }}["--publish-not-ready-addresses=true", "--disable-network-policy=true"]{{ end }}
   # env: VC_TASK_INDEX (the trainer / pserver id).
   env: []
 tasks:
