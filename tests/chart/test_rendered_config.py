@@ -20,8 +20,12 @@ def _trainer_files(helm, *args: str) -> tuple[dict, dict]:
     rendered = render(helm, *args)
     assert rendered.returncode == 0, rendered.stderr
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
-    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "ctr-trainer-data")
-    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "ctr-trainer-config")
+    cm = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "ctr-trainer-data"
+    )
+    secret = next(
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "ctr-trainer-config"
+    )
     return cm["data"], yaml.safe_load(secret["stringData"]["values.yaml"])
 
 
@@ -32,7 +36,9 @@ TRAINING_SETS = [
 ]
 
 
-@pytest.mark.parametrize("values_file", [None, *TRAINING_SETS], ids=lambda p: p.name if p else "defaults")
+@pytest.mark.parametrize(
+    "values_file", [None, *TRAINING_SETS], ids=lambda p: p.name if p else "defaults"
+)
 def test_rendered_data_config_and_values_parse_with_the_projects_own_readers(helm, values_file):
     args = ["-f", str(values_file)] if values_file else []
     files, runtime = _trainer_files(helm, *args)

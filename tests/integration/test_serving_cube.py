@@ -92,7 +92,9 @@ def test_ready_with_no_model_version_yet_then_serves_the_first_one(setup):
         cmd = [*ECTL, "predict", str(setup["demo"]), "--url", proc.url, "-q"]
         strict = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert strict.returncode != 0 and "no model version yet" in strict.stderr
-        lenient = subprocess.run([*cmd, "--no-model-ok"], capture_output=True, text=True, timeout=120)
+        lenient = subprocess.run(
+            [*cmd, "--no-model-ok"], capture_output=True, text=True, timeout=120
+        )
         assert lenient.returncode == 0, lenient.stderr
         assert "serving is up and has no model version yet" in lenient.stderr
         transfer(setup, V1)
