@@ -24,6 +24,7 @@ from elasticctr.cube.protocol import (
     encode_keys,
 )
 from elasticctr.errors import EctlError
+from elasticctr.httpd import error_message
 
 
 class ShardError(EctlError):
@@ -50,10 +51,7 @@ class ShardClient:
         except httpx.HTTPError as exc:
             raise ShardError(f"cube shard {self.url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400:
-            try:
-                msg = resp.json().get("error", resp.text)
-            except ValueError:
-                msg = resp.text
+            msg = error_message(resp.text)
             raise ShardError(f"cube shard {self.url}: {resp.status_code} {msg}", resp.status_code)
         return resp
 

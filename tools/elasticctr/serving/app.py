@@ -17,7 +17,6 @@ run again on the new version (once), never mixed.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from elasticctr.data.parser import LineParser, SlotBatch
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.httpd import HttpStats, Request, Response, bearer_ok, stats_metrics
 from elasticctr.serving import store
 from elasticctr.serving.embeddings import (
     CubeEmbeddings,
@@ -37,7 +37,6 @@ from elasticctr.serving.embeddings import (
     LocalEmbeddings,
     VersionUnavailable,
 )
-from elasticctr.serving.http import Request, Response
 from elasticctr.serving.model import (
     DENSE_DIR,
     DenseModel,
@@ -124,6 +123,16 @@ class Metrics:
             "ectl_serving_version_retries", "Requests re-run because cube dropped their version.",
             registry=r,
         )  # fmt: skip
+        self.http_stats = HttpStats()  # replaced by the server's when serving
+        r.register(_HttpCollector(self))
+
+
+class _HttpCollector:
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        yield from stats_metrics("ectl_serving", self.metrics.http_stats)
 
 
 class _Item:
@@ -420,8 +429,7 @@ class ServingApp:
     def _authorized(self, req: Request) -> bool:
         if not self.cfg.token:
             return True
-        got = req.headers.get("authorization", "")
-        return hmac.compare_digest(got.encode(), f"Bearer {self.cfg.token}".encode())
+        return bearer_ok(req.headers.get("authorization"), self.cfg.token)
 
     # --- routes ---------------------------------------------------------------------------
     async def predict(self, req: Request) -> Response:
@@ -529,10 +537,13 @@ def _query_param(query: str, name: str) -> str | None:
 
 async def run(cfg: ServeConfig, host: str, port: int, ready=None) -> None:
     """Serve until cancelled (SIGTERM/SIGINT in `ectl serve`)."""
-    from elasticctr.serving.http import start_server
+    from elasticctr.httpd import Limits as HttpLimits
+    from elasticctr.httpd import serve_async
 
     app = ServingApp(cfg)
-    server = await start_server(app.handle, host, port, max_body_bytes=cfg.limits.max_body_bytes)
+    limits = HttpLimits.from_env(max_body_bytes=cfg.limits.max_body_bytes)
+    server = await serve_async(app.handle, host, port, limits)
+    app.metrics.http_stats = server.stats
     if ready is not None:
         ready(server.sockets[0].getsockname()[1])
     try:
