@@ -77,7 +77,7 @@ def test_write_requires_token_and_is_atomic(fileserver):
     url, root = fileserver
     denied = requests.put(f"{url}/models/a.bin", data=b"x" * 10, timeout=5)
     assert denied.status_code == 401
-    assert "bearer token" in denied.json()["error"]
+    assert "bearer token" in denied.json()["error"]["message"]
     assert not (root / "models" / "a.bin").exists()
     wrong = requests.put(
         f"{url}/models/a.bin", data=b"x", headers={"Authorization": "Bearer nope"}, timeout=5
@@ -109,7 +109,7 @@ def test_bad_paths(fileserver, path, status):
     conn.request("GET", path)
     got = conn.getresponse()
     assert got.status == status
-    assert json.loads(got.read())["error"]
+    assert json.loads(got.read())["error"]["message"]
     conn.close()
 
 
@@ -118,7 +118,7 @@ def test_oversized_upload_rejected_and_old_file_kept(fileserver):
     requests.put(f"{url}/big.bin", data=b"old", headers=auth(), timeout=5).raise_for_status()
     big = requests.put(f"{url}/big.bin", data=b"x" * 2_000_000, headers=auth(), timeout=10)
     assert big.status_code == 413
-    assert "exceeds the limit" in big.json()["error"]
+    assert "exceeds the limit" in big.json()["error"]["message"]
     assert (root / "big.bin").read_bytes() == b"old"
 
 

@@ -48,8 +48,8 @@ def test_full_cycle_through_client(api):
     progress = client.progress()
     assert progress["samples"] == 10 and progress["finished"]
     metrics = requests.get(url + "/metrics", timeout=5).text
-    assert 'elasticctr_coordinator_tasks{state="done"} 2' in metrics
-    assert "elasticctr_coordinator_partitions_exported 1" in metrics
+    assert 'elasticctr_coordinator_tasks{state="done"} 2.0' in metrics
+    assert "elasticctr_coordinator_partitions_exported 1.0" in metrics
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_bad_requests_get_4xx_with_message(api, path, body, message):
     _, url = api
     resp = requests.post(url + path, data=body, timeout=5)
     assert 400 <= resp.status_code < 500
-    assert message in resp.json()["error"]
+    assert message in resp.json()["error"]["message"]
 
 
 def test_export_of_incomplete_partition_is_conflict(api):

@@ -739,6 +739,12 @@ class HardenedHandler(BaseHTTPRequestHandler):
         if not super().parse_request():
             self.close_connection = True
             return False
+        if self.headers.defects or any("\n" in v for v in self.headers.values()):
+            # a line that is no header (e.g. whitespace before the colon) or a folded line
+            self.server.stats.protocol_errors += 1
+            self.close_connection = True
+            self.send_json_error(400, "bad_http", "malformed header line")
+            return False
         size = len(self.raw_requestline) + sum(len(k) + len(v) + 4 for k, v in self.headers.items())
         if size > self.server.limits.max_header_bytes:
             self.close_connection = True

@@ -9,31 +9,45 @@ API (docs/coordinator.md):
   POST /v1/leave      {"trainer"}                          -> {"requeued": n}
   POST /v1/exported   {"partition","trainer","version","checkpoint"} -> {"ok": true}
   POST /v1/loaded     {"trainer", "version"}               -> {"ok": true}
-  GET  /v1/progress   GET /healthz   GET /metrics (Prometheus text)
+  GET  /v1/progress   GET /healthz   GET /metrics (Prometheus text, prometheus_client)
+
+Served by the threaded front end of elasticctr.httpd (timeouts, connection cap, framing
+checks, one error body `{"error": {"code", "message"}}`). Trainer ids are client-supplied:
+they must match TRAINER_ID (else 400), and /metrics shows at most MAX_TRAINER_SERIES of
+them (the rest are summed in `elasticctr_coordinator_trainers`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from elasticctr.coordinator.core import Coordinator, PartitionSpec
 from elasticctr.errors import EctlError
+from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer, stats_metrics
 
 _MAX_BODY = 1 << 20
+TRAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+"""What a trainer id may look like (pod names, indices)."""
+MAX_TRAINER_SERIES = 256
+"""Per-trainer series on /metrics at most (ids are client-supplied)."""
 
 
-class CoordinatorServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], coordinator: Coordinator):
+class CoordinatorServer(ThreadedServer):
+    def __init__(
+        self, address: tuple[str, int], coordinator: Coordinator, limits: Limits | None = None
+    ):
         self.coordinator = coordinator
-        super().__init__(address, _Handler)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        super().__init__(address, _Handler, limits or Limits.from_env(max_body_bytes=_MAX_BODY))
 
 
 def _field(body: dict, name: str, kind: type | tuple[type, ...]):
@@ -45,20 +59,14 @@ def _field(body: dict, name: str, kind: type | tuple[type, ...]):
     return value
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(HardenedHandler):
     server: CoordinatorServer
-    protocol_version = "HTTP/1.1"
 
-    def log_message(self, format, *args):  # noqa: A002 - keep logs for state changes only
-        pass
+    def _reply(self, status: int, payload: dict | bytes, ctype: str = "application/json") -> None:
+        self.send_json(status, payload, ctype)
 
-    def _reply(self, status: int, payload: dict | str, ctype: str = "application/json") -> None:
-        body = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def _error(self, status: int, code: str, message: str) -> None:
+        self.send_json_error(status, code, message)
 
     def do_GET(self) -> None:  # noqa: N802
         coord = self.server.coordinator
@@ -67,26 +75,26 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/progress":
             return self._reply(200, coord.progress())
         if self.path == "/metrics":
-            return self._reply(200, _metrics(coord.progress()), "text/plain; version=0.0.4")
-        self._reply(404, {"error": f"no such endpoint {self.path}"})
+            return self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        self._error(404, "not_found", f"no such endpoint {self.path}")
 
     def do_POST(self) -> None:  # noqa: N802
         coord = self.server.coordinator
-        try:
-            length = int(self.headers.get("Content-Length") or -1)
-        except ValueError:
-            length = -1
-        if length < 0 or length > _MAX_BODY:
+        if self.body_length == 0 and "Content-Length" not in self.headers:
             self.close_connection = True
-            return self._reply(
-                HTTPStatus.BAD_REQUEST,
-                {"error": "a JSON body up to 1 MiB with Content-Length is required"},
+            return self._error(
+                HTTPStatus.LENGTH_REQUIRED,
+                "length_required",
+                "a JSON body up to 1 MiB with Content-Length is required",
             )
+        raw = self.read_body(_MAX_BODY)  # HttpError 413/400: answered by the layer
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("body must be a JSON object")
             trainer = str(_field(body, "trainer", (str, int)))
+            if not TRAINER_ID.fullmatch(trainer):
+                raise ValueError(f"field 'trainer' must match {TRAINER_ID.pattern}")
             if self.path == "/v1/lease":
                 return self._reply(200, coord.lease(trainer))
             if self.path == "/v1/heartbeat":
@@ -114,37 +122,53 @@ class _Handler(BaseHTTPRequestHandler):
             if self.path == "/v1/loaded":
                 coord.loaded(trainer, _field(body, "version", str))
                 return self._reply(200, {"ok": True})
-            return self._reply(404, {"error": f"no such endpoint {self.path}"})
+            return self._error(404, "not_found", f"no such endpoint {self.path}")
         except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": f"bad request: {exc}"})
+            return self._error(HTTPStatus.BAD_REQUEST, "bad_request", f"bad request: {exc}")
         except EctlError as exc:
-            return self._reply(HTTPStatus.CONFLICT, {"error": str(exc)})
+            return self._error(HTTPStatus.CONFLICT, "conflict", str(exc))
 
 
-def _metrics(progress: dict) -> str:
-    lines = [
-        "# TYPE elasticctr_coordinator_tasks gauge",
-        f'elasticctr_coordinator_tasks{{state="done"}} {progress["tasks_done"]}',
-        f'elasticctr_coordinator_tasks{{state="leased"}} {progress["tasks_leased"]}',
-        f'elasticctr_coordinator_tasks{{state="pending"}} {progress["tasks_pending"]}',
-        "# TYPE elasticctr_coordinator_tasks_retried_total counter",
-        f"elasticctr_coordinator_tasks_retried_total {progress['tasks_retried']}",
-        "# TYPE elasticctr_coordinator_samples_total counter",
-        f"elasticctr_coordinator_samples_total {progress['samples']}",
-        "# TYPE elasticctr_coordinator_trainer_samples_per_second gauge",
-    ]
-    for name, info in sorted(progress["trainers"].items()):
-        lines.append(
-            f'elasticctr_coordinator_trainer_samples_per_second{{trainer="{name}"}} '
-            f"{info['samples_per_s']:.3f}"
+class _Collector:
+    """Coordinator state as Prometheus families, read at scrape time."""
+
+    def __init__(self, server: CoordinatorServer):
+        self.server = server
+
+    def collect(self):
+        progress = self.server.coordinator.progress()
+        tasks = GaugeMetricFamily(
+            "elasticctr_coordinator_tasks", "Tasks by state.", labels=["state"]
         )
-    exported = sum(1 for p in progress["partitions"] if p["exported"])
-    lines += [
-        "# TYPE elasticctr_coordinator_partitions_exported gauge",
-        f"elasticctr_coordinator_partitions_exported {exported}",
-        "",
-    ]
-    return "\n".join(lines)
+        for state in ("done", "leased", "pending"):
+            tasks.add_metric([state], progress[f"tasks_{state}"])
+        yield tasks
+        yield CounterMetricFamily(
+            "elasticctr_coordinator_tasks_retried",
+            "Tasks leased again after a failure or lease expiry.",
+            value=progress["tasks_retried"],
+        )
+        yield CounterMetricFamily(
+            "elasticctr_coordinator_samples", "Samples completed.", value=progress["samples"]
+        )
+        trainers = sorted(progress["trainers"].items())
+        yield GaugeMetricFamily(
+            "elasticctr_coordinator_trainers", "Trainers known.", value=len(trainers)
+        )
+        rate = GaugeMetricFamily(
+            "elasticctr_coordinator_trainer_samples_per_second",
+            f"Samples per second by trainer (first {MAX_TRAINER_SERIES} ids).",
+            labels=["trainer"],
+        )
+        for name, info in trainers[:MAX_TRAINER_SERIES]:
+            rate.add_metric([name], info["samples_per_s"])
+        yield rate
+        yield GaugeMetricFamily(
+            "elasticctr_coordinator_partitions_exported",
+            "Partitions exported.",
+            value=sum(1 for p in progress["partitions"] if p["exported"]),
+        )
+        yield from stats_metrics("elasticctr_coordinator", self.server.stats)
 
 
 def feed(

@@ -1,13 +1,12 @@
 """A small threaded HTTP file server with token-authenticated atomic writes.
 
-Why stdlib `http.server`: the fileserver moves whole artifacts (model versions, data
-files), not many tiny requests; a thread per connection and `sendfile` are plenty, and
-it keeps the image free of a web framework.
+Served by the threaded front end of elasticctr.httpd (timeouts, connection cap, framing
+checks, one error body): the fileserver moves whole artifacts (model versions, data
+files), not many tiny requests; a thread per connection streams them to and from disk.
 """
 
 from __future__ import annotations
 
-import hmac
 import html
 import json
 import os
@@ -18,20 +17,17 @@ import tempfile
 import threading
 import urllib.parse
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from elasticctr.errors import EctlError
+from elasticctr.httpd import HardenedHandler, HttpError, Limits, ThreadedServer, bearer_ok
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _CHUNK = 1 << 20
 
 
-class FileServer(ThreadingHTTPServer):
+class FileServer(ThreadedServer):
     """Serves `root`; writes need `Authorization: Bearer <token>` when a token is set."""
-
-    daemon_threads = True
-    allow_reuse_address = True
 
     def __init__(
         self,
@@ -41,6 +37,7 @@ class FileServer(ThreadingHTTPServer):
         token: str | None,
         max_upload_bytes: int,
         read_token: bool = False,
+        limits: Limits | None = None,
     ):
         self.root = Path(root).resolve()
         if not self.root.is_dir():
@@ -48,7 +45,7 @@ class FileServer(ThreadingHTTPServer):
         self.token = token or None
         self.read_token = read_token
         self.max_upload_bytes = max_upload_bytes
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, limits or Limits.from_env())
 
     @property
     def url(self) -> str:
@@ -56,9 +53,8 @@ class FileServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(HardenedHandler):
     server: FileServer
-    protocol_version = "HTTP/1.1"
     server_version = "elasticctr-fileserver"
 
     # -- helpers ---------------------------------------------------------------------
@@ -66,24 +62,14 @@ class _Handler(BaseHTTPRequestHandler):
         if os.environ.get("ECTL_FILESERVER_ACCESS_LOG") == "1":
             super().log_message(format, *args)
 
-    def _send_error(self, status: HTTPStatus, message: str) -> None:
-        body = json.dumps({"error": message, "status": int(status)}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+    def _send_error(self, status: HTTPStatus, message: str, code: str | None = None) -> None:
+        headers = {}
         if status == HTTPStatus.UNAUTHORIZED:
-            self.send_header("WWW-Authenticate", 'Bearer realm="elasticctr"')
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+            headers["WWW-Authenticate"] = 'Bearer realm="elasticctr"'
+        self.send_json_error(int(status), code, message, headers)
 
     def _authorized(self) -> bool:
-        token = self.server.token
-        if token is None:
-            return True
-        header = self.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+        return bearer_ok(self.headers.get("Authorization"), self.server.token)
 
     def _resolve(self) -> Path | None:
         """Map the URL path to a file under root; None (and a 400 sent) if it escapes."""
@@ -212,59 +198,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write(self) -> None:
         if not self._authorized():
-            self._drain()
+            self.discard_body()
             return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         target = self._resolve()
         if target is None:
             return
         if target == self.server.root or self.path.endswith("/"):
             return self._send_error(HTTPStatus.BAD_REQUEST, "cannot write to a directory path")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            return self._receive_chunked(target)
-        length_header = self.headers.get("Content-Length")
-        if length_header is None:
-            return self._send_error(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
-        try:
-            length = int(length_header)
-        except ValueError:
-            return self._send_error(HTTPStatus.BAD_REQUEST, "Content-Length is not an integer")
-        if length < 0 or length > self.server.max_upload_bytes:
-            self.close_connection = True
+        if self.body_length == 0 and "Content-Length" not in self.headers:
             return self._send_error(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"upload of {length} bytes exceeds the limit of {self.server.max_upload_bytes}",
+                HTTPStatus.LENGTH_REQUIRED, "Content-Length or chunked encoding is required"
             )
-
-        def body():
-            remaining = length
-            while remaining:
-                chunk = self.rfile.read(min(_CHUNK, remaining))
-                if not chunk:
-                    raise ConnectionError("client closed before sending the whole body")
-                remaining -= len(chunk)
-                yield chunk
-
-        self._store(target, body())
-
-    def _receive_chunked(self, target: Path) -> None:
-        limit = self.server.max_upload_bytes
-
-        def body():
-            total = 0
-            while True:
-                size_line = self.rfile.readline(1024).split(b";")[0].strip()
-                size = int(size_line, 16)
-                if size == 0:
-                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return
-                total += size
-                if total > limit:
-                    raise OverflowError(total)
-                yield self.rfile.read(size)
-                self.rfile.readline(1024)
-
-        self._store(target, body())
+        self._store(target, self.iter_body(self.server.max_upload_bytes, _CHUNK))
 
     def _store(self, target: Path, chunks) -> None:
         """Write to a temp file beside the target, fsync, rename: readers never see a part."""
@@ -286,17 +231,10 @@ class _Handler(BaseHTTPRequestHandler):
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
-        except OverflowError:
+        except HttpError as exc:
             os.unlink(tmp)
             self.close_connection = True
-            return self._send_error(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"upload exceeds the limit of {self.server.max_upload_bytes} bytes",
-            )
-        except (ValueError, ConnectionError) as exc:
-            os.unlink(tmp)
-            self.close_connection = True
-            return self._send_error(HTTPStatus.BAD_REQUEST, f"incomplete upload: {exc}")
+            return self._send_error(HTTPStatus(exc.status), exc.message, exc.code)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -310,6 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         if not self._authorized():
+            self.discard_body()
             return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         target = self._resolve()
         if target is None:
@@ -325,14 +264,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(HTTPStatus.NO_CONTENT)
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-    def _drain(self) -> None:
-        """Read and drop a small unauthorised body so the connection stays usable."""
-        length = int(self.headers.get("Content-Length") or 0)
-        if 0 < length <= _CHUNK:
-            self.rfile.read(length)
-        elif length:
-            self.close_connection = True
 
 
 def serve(
