@@ -25,6 +25,7 @@ from elasticctr.cube.protocol import (
     encode_keys,
 )
 from elasticctr.errors import EctlError
+from elasticctr.httpd import error_message
 from elasticctr.serving.model import LocalTable
 
 
@@ -191,10 +192,7 @@ class CubeEmbeddings:
 
 
 def _msg(body: bytes) -> str:
-    try:
-        return str(json.loads(body).get("error", body[:200]))
-    except (ValueError, AttributeError):
-        return body[:200].decode(errors="replace")
+    return error_message(body.decode(errors="replace"))
 
 
 class LocalEmbeddings:
