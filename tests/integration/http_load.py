@@ -104,6 +104,30 @@ def statuses(raw: bytes) -> list[int]:
     return out
 
 
+# Request-smuggling heads: each must be refused with one 400/501 and a close (RFC 9112).
+SMUGGLE = {
+    "CL.CL": b"Content-Length: 4\r\nContent-Length: 40\r\n\r\nabcd",
+    "CL.TE": b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "TE.CL": b"Transfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n",
+    "TE.TE": b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n",
+    "TE-gzip": b"Transfer-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd",
+    "TE-xchunked": b"Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+    "TE-space-colon": b"Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+    "TE-folded": b"X-A: 1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n",
+}
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def smuggle_refused(
+    port: int, post_path: str, auth: dict[str, str], case: str, limit: float = 10.0
+) -> bool:
+    """True when the case got exactly one 400/501 answer (the hidden request unanswered)."""
+    h = "".join(f"{k}: {v}\r\n" for k, v in auth.items())
+    head = f"POST {post_path} HTTP/1.1\r\nHost: x\r\n{h}".encode()
+    got = statuses(exchange(port, head + SMUGGLE[case] + SMUGGLED, limit=limit))
+    return len(got) == 1 and got[0] in (400, 501)
+
+
 # --- bounded load -----------------------------------------------------------------------
 @dataclass
 class LoadResult:

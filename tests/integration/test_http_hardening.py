@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from http_load import (
+    SMUGGLE,
     TOKEN,
     connect,
     exchange,
@@ -110,19 +111,19 @@ def test_slowloris_head_is_cut_off_at_the_header_timeout(svc):
             except (BrokenPipeError, ConnectionResetError):
                 break
         held = time.monotonic() - t0
-    assert held < HEADER_TIMEOUT + 2.5, f"{svc.name} held a dripping head for {held:.1f}s"
+    assert held < HEADER_TIMEOUT + 4, f"{svc.name} held a dripping head for {held:.1f}s"
     assert statuses(got) in ([], [408]), got[:200]
 
 
 def test_idle_connections_are_closed(svc):
     with connect(svc.port) as s:  # never sends a byte
         _, waited = read_until_close(s, limit=10)
-    assert IDLE_TIMEOUT - 0.5 <= waited < IDLE_TIMEOUT + 2.5, waited
+    assert IDLE_TIMEOUT - 0.5 <= waited < IDLE_TIMEOUT + 4, waited
     with connect(svc.port) as s:  # keep-alive after one request
         path = "/public.txt" if svc.name == "fileserver" else "/healthz"
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         raw, waited = read_until_close(s, limit=10)
-    assert statuses(raw) == [200] and waited < IDLE_TIMEOUT + 2.5, (raw[:100], waited)
+    assert statuses(raw) == [200] and waited < IDLE_TIMEOUT + 4, (raw[:100], waited)
 
 
 def test_connection_cap(svc):
@@ -145,18 +146,6 @@ def test_connection_cap(svc):
 
 
 # --- request smuggling ---------------------------------------------------------------------
-SMUGGLE = {
-    "CL.CL": b"Content-Length: 4\r\nContent-Length: 40\r\n\r\nabcd",
-    "CL.TE": b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-    "TE.CL": b"Transfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n",
-    "TE.TE": b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n",
-    "TE-gzip": b"Transfer-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd",
-    "TE-xchunked": b"Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
-    "TE-space-colon": b"Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
-    "TE-folded": b"X-A: 1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n",
-}
-
-
 @pytest.mark.parametrize("case", sorted(SMUGGLE))
 def test_smuggling_is_refused_and_the_connection_closed(svc, case):
     hidden = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
