@@ -182,6 +182,15 @@ AGREEMENT_CASES = [
         "fileserver": {"auth": {"protectReads": True}},
         "serving": {"fileserverToken": {"existingSecretKey": "k"}},
     },
+    {
+        "trainer": {
+            "volcano": {
+                "priorityClasses": {"create": True, "trainer": "t", "trainerValue": 10**6},
+                "createQueue": {"enabled": True},
+            }
+        }
+    },
+    {"trainer": {"volcano": {"priorityClasses": {"guaranteed": "same", "trainer": "same"}}}},
 ]
 
 
@@ -213,14 +222,15 @@ def _job(helm, *args: str) -> dict:
 
 
 def test_job_name_changes_with_its_immutable_spec_only(helm):
-    """Volcano accepts in-place updates of the job's minAvailable, task replicas and
-    priorityClassName only; everything else (task minAvailable too) must come as a Job with a
-    new name (docs/chart.md, Upgrades)."""
+    """Volcano (v1.12 webhook, validateJobUpdate) accepts in-place updates of the job's
+    minAvailable and priorityClassName and of task replicas and minAvailable only; everything
+    else must come as a Job with a new name (docs/chart.md, Upgrade strategy)."""
     base = _job(helm)["metadata"]["name"]
     assert re.fullmatch(r"ctr-trainer-[0-9a-f]{8}", base)
     assert _job(helm)["metadata"]["name"] == base  # deterministic
     mutable = [
         ["--set", "trainer.trainer.replicas=6"],
+        ["--set", "trainer.trainer.minReplicas=2"],
         ["--set", "trainer.volcano.priorityClassName=high"],
     ]
     for args in mutable:
@@ -232,7 +242,8 @@ def test_job_name_changes_with_its_immutable_spec_only(helm):
         ["--set", "global.image.tag=0.2.0"],
         ["--set", "global.data.startDateHour=20200501/00"],  # config Secret checksum
         ["--set", "trainer.volcano.queue=other"],
-        ["--set", "trainer.trainer.minReplicas=2"],  # the trainer task's minAvailable
+        ["--set", "trainer.volcano.maxRetry=9"],
+        ["--set", "trainer.volcano.priorityClasses.trainer=low"],  # the pods' template
     ]
     names = {_job(helm, *args)["metadata"]["name"] for args in immutable}
     assert base not in names and len(names) == len(immutable)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import require_tool
+from tests.conftest import require_tool, shared_path
 from typer.testing import CliRunner
 
 from elasticctr.cli.main import _register, app
@@ -174,7 +174,13 @@ def test_doctor_without_kubeconfig_fails_with_fix(tmp_path):
     assert checks["helm"]["status"] == "ok"
     assert checks["kubeconfig"]["status"] == "fail"
     assert "--kubeconfig" in checks["kubeconfig"]["fix"]
-    for later in ("Volcano CRDs", "Volcano scheduler", "default StorageClass", "permissions"):
+    for later in (
+        "Volcano CRDs",
+        "Volcano scheduler",
+        "Volcano preemption",
+        "default StorageClass",
+        "permissions",
+    ):
         assert checks[later]["status"] == "skip"
 
 
@@ -189,6 +195,7 @@ def test_doctor_unreachable_cluster_report(dead_kubeconfig):
         "cluster reachable",
         "Volcano CRDs",
         "Volcano scheduler",
+        "Volcano preemption",
         "default StorageClass",
         "permissions",
     ]
@@ -197,6 +204,35 @@ def test_doctor_unreachable_cluster_report(dead_kubeconfig):
     assert "Connection refused" in reach["detail"]
     assert "kubectl cluster-info" in reach["fix"]
     assert all(set(c) == {"name", "status", "detail", "fix"} for c in report["checks"])
+
+
+@pytest.mark.fast
+def test_doctor_finds_what_volcanos_own_scheduler_configuration_lacks_for_preemption():
+    """Volcano v1.12.4's chart ships `enqueue, allocate, backfill` and gang with
+    enablePreemptable: false: trainers would never be preempted or reclaimed."""
+    import tarfile
+
+    from elasticctr.cli.doctor import scheduler_conf_gaps
+
+    source = shared_path("third_party", "volcano", "volcano-v1.12.4-src.tar.gz")
+    with tarfile.open(source) as tar:
+        member = "volcano/installer/helm/chart/volcano/config/volcano-scheduler.conf"
+        shipped = tar.extractfile(member).read().decode()
+    assert scheduler_conf_gaps(shipped) == [
+        "action preempt",
+        "action reclaim",
+        "gang enablePreemptable (it is false)",
+    ]
+    fixed = shipped.replace(
+        '"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, reclaim, backfill"'
+    )
+    fixed = fixed.replace("  - name: gang\n    enablePreemptable: false\n", "  - name: gang\n")
+    assert scheduler_conf_gaps(fixed) == []
+    assert scheduler_conf_gaps("actions: allocate\ntiers: []\n") == [
+        "action preempt",
+        "action reclaim",
+        *(f"plugin {p}" for p in ("priority", "gang", "conformance", "proportion")),
+    ]
 
 
 def test_doctor_table_names_the_fix(dead_kubeconfig, ectl_here):

@@ -150,6 +150,36 @@ RULES = [
         "(the Role is bound to the coordinator's ServiceAccount)",
     ),
     (
+        {"trainer": {"volcano": {"priorityClasses": {"create": True, "guaranteed": "ps"}}}},
+        "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer",
+    ),
+    (
+        {
+            "trainer": {
+                "volcano": {
+                    "priorityClasses": {
+                        "create": True,
+                        "guaranteed": "ps",
+                        "trainer": "tr",
+                        "guaranteedValue": 10,
+                        "trainerValue": 10,
+                    }
+                }
+            }
+        },
+        "trainer.volcano.priorityClasses.trainerValue: 10 must be lower than guaranteedValue (10)",
+    ),
+    (
+        {"trainer": {"volcano": {"priorityClasses": {"guaranteed": "c", "trainer": "c"}}}},
+        "trainer.volcano.priorityClasses.trainer: must differ from guaranteed "
+        "(trainers are the preemptible part)",
+    ),
+    (
+        {"trainer": {"volcano": {"createQueue": {"enabled": True}}}},
+        "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; "
+        "name this release's queue in trainer.volcano.queue",
+    ),
+    (
         {"global": {"data": {"startDateHour": "20200402/00", "endDateHour": "20200401/23"}}},
         "global.data.endDateHour: 20200401/23 is before global.data.startDateHour 20200402/00",
     ),

@@ -276,6 +276,36 @@ def cross_field_problems(values: Values) -> list[str]:
                 "(the Role is bound to the coordinator's ServiceAccount)"
             )
         )
+        vol = _dig(values, "trainer.volcano", {})
+        pc = vol.get("priorityClasses") or {}
+        rule(
+            lambda: (
+                (pc["create"] and not (pc["guaranteed"] and pc["trainer"]))
+                and "trainer.volcano.priorityClasses.create: needs both names, "
+                "guaranteed and trainer"
+            )
+        )
+        rule(
+            lambda: (
+                (pc["create"] and _int(pc["trainerValue"]) >= _int(pc["guaranteedValue"]))
+                and f"trainer.volcano.priorityClasses.trainerValue: {_int(pc['trainerValue'])} "
+                f"must be lower than guaranteedValue ({_int(pc['guaranteedValue'])})"
+            )
+        )
+        rule(
+            lambda: (
+                (pc["guaranteed"] and pc["guaranteed"] == pc["trainer"])
+                and "trainer.volcano.priorityClasses.trainer: must differ from guaranteed "
+                "(trainers are the preemptible part)"
+            )
+        )
+        rule(
+            lambda: (
+                (vol["createQueue"]["enabled"] and vol["queue"] == "default")
+                and "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; "
+                "name this release's queue in trainer.volcano.queue"
+            )
+        )
 
     def date_order():
         start, end = str(data["startDateHour"]), data.get("endDateHour")

@@ -54,6 +54,20 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
     {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
   {{- end -}}
+  {{- $vol := $v.trainer.volcano -}}
+  {{- $pc := $vol.priorityClasses -}}
+  {{- if and $pc.create (or (not $pc.guaranteed) (not $pc.trainer)) -}}
+    {{- $errs = append $errs "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer" -}}
+  {{- end -}}
+  {{- if and $pc.create (ge (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
+    {{- $errs = append $errs (printf "trainer.volcano.priorityClasses.trainerValue: %d must be lower than guaranteedValue (%d)" (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
+  {{- end -}}
+  {{- if and $pc.guaranteed (eq $pc.guaranteed $pc.trainer) -}}
+    {{- $errs = append $errs "trainer.volcano.priorityClasses.trainer: must differ from guaranteed (trainers are the preemptible part)" -}}
+  {{- end -}}
+  {{- if and $vol.createQueue.enabled (eq $vol.queue "default") -}}
+    {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}
+  {{- end -}}
 {{- end -}}
 {{- if and $g.data.endDateHour (lt $g.data.endDateHour $g.data.startDateHour) -}}
   {{- $errs = append $errs (printf "global.data.endDateHour: %s is before global.data.startDateHour %s" $g.data.endDateHour $g.data.startDateHour) -}}

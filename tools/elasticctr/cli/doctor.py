@@ -38,6 +38,13 @@ DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
 )
+# Elastic training on a shared cluster (docs/chart.md "Scheduling on a shared cluster"):
+# what the Volcano scheduler must run so that trainers are preempted (preempt: for pods of
+# higher priority in the queue; reclaim: for other queues) and never below the gang.
+SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
+SCHEDULER_CONF_KEY = "volcano-scheduler.conf"
+PREEMPTION_ACTIONS = ("allocate", "preempt", "reclaim")
+PREEMPTION_PLUGINS = ("priority", "gang", "conformance", "proportion")
 # (group, resource, verb) the chart's objects need in the release namespace.
 NEEDED_PERMISSIONS = (
     ("apps", "deployments", "create"),
@@ -145,6 +152,7 @@ def run_checks(target: Target, release: str) -> list[Check]:
         checks += [
             _volcano_crds(api),
             _volcano_scheduler(api),
+            _volcano_preemption(api),
             _storage_class(api),
             _permissions(api, namespace),
         ]
@@ -154,7 +162,13 @@ def run_checks(target: Target, release: str) -> list[Check]:
 
 
 def _skipped(reason: str) -> list[Check]:
-    names = ("Volcano CRDs", "Volcano scheduler", "default StorageClass", "permissions")
+    names = (
+        "Volcano CRDs",
+        "Volcano scheduler",
+        "Volcano preemption",
+        "default StorageClass",
+        "permissions",
+    )
     return [Check(name, "skip", f"skipped: {reason}") for name in names]
 
 
@@ -215,6 +229,77 @@ def _volcano_scheduler(api) -> Check:
             f"kubectl -n {dep.metadata.namespace} describe deploy volcano-scheduler",
         )
     return Check("Volcano scheduler", "ok", f"{dep.metadata.namespace}/volcano-scheduler ready")
+
+
+def scheduler_conf_gaps(text: str) -> list[str]:
+    """What a Volcano scheduler configuration lacks for elastic trainers: missing actions
+    and plugins, e.g. ["action preempt", "plugin proportion"]; [] when complete."""
+    import yaml
+
+    try:
+        conf = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        return [f"readable configuration ({exc})"]
+    if not isinstance(conf, dict):
+        return ["readable configuration (not a mapping)"]
+    actions = {a.strip() for a in str(conf.get("actions") or "").split(",")}
+    plugins = {
+        p.get("name"): p
+        for tier in conf.get("tiers") or []
+        if isinstance(tier, dict)
+        for p in tier.get("plugins") or []
+        if isinstance(p, dict)
+    }
+    gaps = [f"action {a}" for a in PREEMPTION_ACTIONS if a not in actions]
+    gaps += [f"plugin {p}" for p in PREEMPTION_PLUGINS if p not in plugins]
+    # The gang plugin keeps preempt and reclaim from taking a job below its minAvailable;
+    # Volcano's own chart turns that off (enablePreemptable: false).
+    for flag in ("enablePreemptable", "enableReclaimable"):
+        if plugins.get("gang", {}).get(flag) is False:
+            gaps.append(f"gang {flag} (it is false)")
+    return gaps
+
+
+def _volcano_preemption(api) -> Check:
+    """Warn (training still runs) when trainers cannot be preempted and reclaimed."""
+    from kubernetes import client
+
+    name = "Volcano preemption"
+    try:
+        found = client.CoreV1Api(api).list_config_map_for_all_namespaces(
+            field_selector=f"metadata.name={SCHEDULER_CONFIGMAP}", _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        return Check(name, "warn", common.kube_error(exc, "list configmaps").message, _RBAC_FIX)
+    enable = (
+        f'set `actions: "enqueue, allocate, preempt, reclaim, backfill"`, the plugins '
+        f"{', '.join(PREEMPTION_PLUGINS)}, and no `enablePreemptable: false` on gang in the "
+        "scheduler configuration (docs/chart.md, Scheduling on a shared cluster), then "
+        "restart volcano-scheduler"
+    )
+    if not found.items:
+        return Check(
+            name,
+            "warn",
+            f"no {SCHEDULER_CONFIGMAP} ConfigMap: cannot tell whether the scheduler preempts "
+            "and reclaims trainers",
+            "if Volcano runs with a configuration file of its own: " + enable,
+        )
+    cm = found.items[0]
+    where = f"{cm.metadata.namespace}/{SCHEDULER_CONFIGMAP}"
+    text = (cm.data or {}).get(SCHEDULER_CONF_KEY)
+    if text is None:
+        return Check(name, "warn", f"{where} has no {SCHEDULER_CONF_KEY}", enable)
+    gaps = scheduler_conf_gaps(text)
+    if gaps:
+        return Check(
+            name,
+            "warn",
+            f"{where} lacks {', '.join(gaps)}: trainers are not preempted for other work "
+            "(the job still runs)",
+            enable,
+        )
+    return Check(name, "ok", f"{where}: {', '.join(PREEMPTION_ACTIONS)} with the gang plugins")
 
 
 def _storage_class(api) -> Check:

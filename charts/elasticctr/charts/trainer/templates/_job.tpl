@@ -3,7 +3,9 @@
 {{- $v := .Values -}}
 schedulerName: {{ $v.volcano.schedulerName }}
 queue: {{ $v.volcano.queue }}
-{{- with $v.volcano.priorityClassName }}
+{{- with $v.volcano.priorityClassName | default $v.volcano.priorityClasses.trainer }}
+# The PodGroup's priority (between jobs): Volcano preempts this job's pods above its gang
+# minimum, lowest pod priority first (the trainers), for jobs of a higher one.
 priorityClassName: {{ . }}
 {{- end }}
 # Gang minimum: the coordinator, every pserver and the fewest trainers the job can run with.
@@ -19,10 +21,13 @@ plugins:
   svc: {{ if $v.volcano.svcNetworkPolicy }}["--publish-not-ready-addresses=true"]{{ else }}["--publish-not-ready-addresses=true", "--disable-network-policy=true"]{{ end }}
   # env: VC_TASK_INDEX (the trainer / pserver id).
   env: []
+# Every task spells out maxRetry: Volcano's webhook defaults a missing one on create only,
+# and then rejects a `helm upgrade` whose tasks lack it (in-place scaling).
 tasks:
   - name: coordinator
     replicas: 1
     minAvailable: 1
+    maxRetry: {{ $v.volcano.maxRetry }}
     # Progress lives in the checkpoint: a lost coordinator restarts the job, which resumes there.
     policies:
       - events: [PodFailed, PodEvicted]
@@ -35,6 +40,7 @@ tasks:
   - name: pserver
     replicas: {{ $v.pserver.replicas }}
     minAvailable: {{ $v.pserver.replicas }}
+    maxRetry: {{ $v.volcano.maxRetry }}
     # A lost pserver loses its shard of the parameters: restart the job from the checkpoint.
     policies:
       - events: [PodFailed, PodEvicted]
@@ -44,10 +50,16 @@ tasks:
   - name: trainer
     replicas: {{ $v.trainer.replicas }}
     minAvailable: {{ $v.trainer.minReplicas }}
-    # A lost trainer only loses its task lease: restart the trainer task, the job goes on.
+    maxRetry: {{ $v.volcano.maxRetry }}
+    # A lost trainer only loses its task lease (it expires; another trainer takes the task).
+    # Preempted or deleted (PodEvicted): no policy, so Volcano recreates that pod alone
+    # without a retry (RestartTask would kill every trainer and spend one, Volcano >= 1.11).
+    # A crash restarts the container in place (restartPolicy OnFailure). PodFailed is left
+    # for a kubelet eviction (node pressure): RestartPod recreates that pod alone, spending
+    # one retry.
     policies:
-      - events: [PodFailed, PodEvicted]
-        action: RestartTask
+      - event: PodFailed
+        action: RestartPod
       # Bounded runs (endDateHour set): trainers exit 0 when no partition is left.
       - event: TaskCompleted
         action: CompleteJob
@@ -66,8 +78,16 @@ metadata:
     app.kubernetes.io/part-of: elasticctr
   annotations:
     checksum/config: {{ include "trainer.configData" $ctx | sha256sum }}
+    # Volcano's preempt and reclaim actions evict trainers only (and never below the gang).
+    volcano.sh/preemptable: {{ eq .role "trainer" | quote }}
 spec:
-  restartPolicy: Never
+  # Trainers: a crash restarts the container in place; coordinator and pservers fail the pod,
+  # so that their RestartJob policy restarts the job from the checkpoint.
+  restartPolicy: {{ ternary "OnFailure" "Never" (eq .role "trainer") }}
+  {{- $class := ternary $v.volcano.priorityClasses.trainer $v.volcano.priorityClasses.guaranteed (eq .role "trainer") }}
+  {{- with $class }}
+  priorityClassName: {{ . }}
+  {{- end }}
   serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}
   automountServiceAccountToken: {{ and (eq .role "coordinator") $v.rbac.create }}
   {{- with $v.global.image.pullSecrets }}
