@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from elasticctr.train.elastic import ElasticJob
-from elasticctr.train.export import verify_version
+from elasticctr.versions import verify_version
 
 HOURS = ("20200401/00", "20200401/01")
 SCENARIOS = ("undisturbed", "kill-trainer", "kill-coordinator", "kill-pserver")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from elasticctr import constants as C
-from elasticctr.train.export import verify_version
+from elasticctr.versions import verify_version
 
 pytestmark = pytest.mark.integration
 

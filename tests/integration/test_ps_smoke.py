@@ -22,8 +22,8 @@ import yaml
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
 from elasticctr.train import registry
-from elasticctr.train.export import MANIFEST, sha256_file, verify_version
 from elasticctr.train.launcher import launch
+from elasticctr.versions import MANIFEST, sha256_file, verify_version
 
 pytestmark = pytest.mark.integration
 

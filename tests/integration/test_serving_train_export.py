@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 from elasticctr.data.parser import parse_bytes
+from elasticctr.modelstore import open_store
 from elasticctr.train import export
 from elasticctr.train.models import resolve_spec
 from elasticctr.train.roles import build_net
@@ -51,7 +52,7 @@ with paddle.static.scope_guard(scope):
             "output": net.prob.name}}
     export.build_version(out / "built", version_id=sys.argv[4], dense_dir=dense, keys=keys,
                          values=values, meta=meta, rows_per_part=500)
-    export.publish(out / "built", str(store), sys.argv[4])
+    open_store(str(store)).publish(out / "built", sys.argv[4])
     # the training side's own evaluation path: export.pool + the saved program
     program, feeds, fetches = paddle.static.load_inference_model(
         str(store / "versions" / sys.argv[4] / "dense" / "model"), exe)

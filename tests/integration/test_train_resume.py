@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import yaml
 
-from elasticctr.train.export import verify_version
 from elasticctr.train.launcher import launch
 from elasticctr.train.roles import read_checkpoint
+from elasticctr.versions import verify_version
 
 pytestmark = pytest.mark.integration
 

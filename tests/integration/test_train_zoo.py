@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elasticctr.train.export import verify_version
+from elasticctr.versions import verify_version
 
 pytestmark = pytest.mark.integration
 

@@ -234,6 +234,7 @@ def test_binary_response_roundtrip_and_length_check():
 
 def test_cube_builds_a_version_written_by_the_training_export(tmp_path):
     # The producer's own writer and publisher, so the two sides of the contract meet.
+    from elasticctr.modelstore import open_store
     from elasticctr.train import export
 
     rng = np.random.default_rng(9)
@@ -246,7 +247,7 @@ def test_cube_builds_a_version_written_by_the_training_export(tmp_path):
         tmp_path / "local", version_id="20200401/09", dense_dir=dense, keys=keys,
         values=values, meta={"model": "dnn", "slots": [0, 1]}, rows_per_part=1000,
     )  # fmt: skip
-    export.publish(tmp_path / "local", str(tmp_path / "store"), "20200401/09")
+    open_store(str(tmp_path / "store")).publish(tmp_path / "local", "20200401/09")
     assert list_versions(str(tmp_path / "store")) == ["20200401/09"]
     mv = fetch_version(str(tmp_path / "store"), "20200401/09", tmp_path / "cache")
     assert len(mv.parts) == 3 and mv.dim == 6

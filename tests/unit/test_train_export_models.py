@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from elasticctr import versions
 from elasticctr.errors import EctlError
+from elasticctr.modelstore import open_store
 from elasticctr.train import export
 from elasticctr.train.roles import PAD_FEASIGN, pad_empty
 from elasticctr.train.synthetic import Batch
@@ -49,14 +51,14 @@ def test_build_publish_and_verify_a_version(tmp_path: Path) -> None:
         "sparse/part-00001.values.npy",
     }
     store = tmp_path / "store"
-    target = export.publish(built, f"file://{store}", "20200401/07")
+    target = open_store(f"file://{store}").publish(built, "20200401/07")
     version = store / "versions" / "20200401" / "07"
     assert target.endswith("versions/20200401/07")
-    assert export.verify_version(version)["metrics"]["auc"] == 0.7
+    assert versions.verify_version(version)["metrics"]["auc"] == 0.7
     assert (version / "donefile").read_text().strip() == "20200401/07"
     assert np.load(version / "sparse/part-00001.keys.npy").dtype == np.uint64
     with pytest.raises(EctlError, match="already exists"):
-        export.publish(built, str(store), "20200401/07")
+        open_store(str(store)).publish(built, "20200401/07")
 
 
 @pytest.mark.fast
@@ -79,7 +81,7 @@ def test_verify_rejects_damaged_versions(tmp_path: Path, damage: str) -> None:
     elif damage == "manifest":
         (built / "manifest.json").write_text("{not json")
     with pytest.raises(EctlError) as err:
-        export.verify_version(built)
+        versions.verify_version(built)
     expected = {
         "truncate": "bytes, manifest says",
         "flip": "sha256 differs",
@@ -94,7 +96,11 @@ def test_verify_rejects_damaged_versions(tmp_path: Path, damage: str) -> None:
 @pytest.mark.fast
 def test_bad_version_id_is_rejected() -> None:
     with pytest.raises(EctlError, match="YYYYMMDD/HH"):
-        export.version_path("2020-04-01")
+        versions.version_path("2020-04-01")
+    for bad in ("20200401/99", "20200231/05", "20200401/24", " 20200401/00", "2020040/00"):
+        with pytest.raises(EctlError, match="bad version id"):
+            versions.check_version_id(bad)
+    assert versions.check_version_id("20200229/23") == "20200229/23"
 
 
 def _dump_line(key: int, embed_w: float, embedx: list[float], rule: str) -> str:

@@ -19,6 +19,8 @@ from mlflow.protos.databricks_pb2 import (
 )
 
 from elasticctr import constants as C
+from elasticctr import versions
+from elasticctr.modelstore import open_store
 from elasticctr.net import free_port
 from elasticctr.train import export, registry
 from elasticctr.train.config import from_values
@@ -42,7 +44,7 @@ def _published(tmp_path: Path) -> tuple[Path, str, Path]:
         values=np.ones((3, 9), dtype=np.float32),
         meta={"model": {"name": "dnn"}, "slots": [0, 1], "metrics": {"auc": 0.71, "logloss": 0.52}},
     )
-    target = export.publish(tmp_path / "built", str(tmp_path / "store"), VERSION)
+    target = open_store(str(tmp_path / "store")).publish(tmp_path / "built", VERSION)
     return tmp_path / "built", target, tmp_path / "store"
 
 
@@ -86,21 +88,21 @@ def test_registers_the_store_url_with_run_and_tags(tmp_path: Path) -> None:
     built, target, store = _published(tmp_path)
     client, lines = FakeClient(), []
     mv = registry.register_version(
-        "http://mlflow", VERSION, target, built / export.MANIFEST, run_id="r1",
+        "http://mlflow", VERSION, target, built / versions.MANIFEST, run_id="r1",
         client=client, log=lines.append,
     )  # fmt: skip
     assert mv is not None
     version_dir = store / "versions" / "20200401" / "07"
     assert mv.source == version_dir.resolve().as_uri()
     assert ("create_model", C.DEFAULT_MLFLOW_REGISTERED_MODEL) in client.calls
-    manifest = json.loads((version_dir / export.MANIFEST).read_text())
+    manifest = json.loads((version_dir / versions.MANIFEST).read_text())
     assert mv.run_id == "r1"
     assert mv.tags == {
         C.MLFLOW_TAG_VERSION: VERSION,
         registry.TAG_MODEL: "dnn",
         registry.TAG_AUC: "0.71",
         registry.TAG_LOGLOSS: "0.52",
-        registry.TAG_MANIFEST_SHA256: export.sha256_file(version_dir / export.MANIFEST),
+        registry.TAG_MANIFEST_SHA256: versions.sha256_file(version_dir / versions.MANIFEST),
         registry.TAG_SPARSE_ROWS: str(manifest["sparse"]["rows"]),
         registry.TAG_STORE_URL: mv.source,
         registry.TAG_SOURCE_KIND: registry.SOURCE_STORE,
@@ -115,7 +117,7 @@ def test_name_comes_from_the_environment_and_urls_stay_urls(monkeypatch, tmp_pat
     client = FakeClient(exists=True)
     url = "http://fileserver:8080/models/versions/20200401/07"
     mv = registry.register_version(
-        "", VERSION, url, built / export.MANIFEST, client=client, log=lambda _m: None
+        "", VERSION, url, built / versions.MANIFEST, client=client, log=lambda _m: None
     )
     assert mv.source == url
     assert ("version", "ctr-shop", url, None, mv.tags) in client.calls
@@ -126,7 +128,7 @@ def test_refused_source_falls_back_to_the_runs_manifest(tmp_path: Path) -> None:
     built, target, _ = _published(tmp_path)
     client, lines = FakeClient(refuse_source=True), []
     mv = registry.register_version(
-        "http://mlflow", VERSION, target, built / export.MANIFEST, run_id="r1",
+        "http://mlflow", VERSION, target, built / versions.MANIFEST, run_id="r1",
         client=client, log=lines.append,
     )  # fmt: skip
     assert mv.source == f"runs:/r1/versions/{VERSION}"
@@ -141,7 +143,7 @@ def test_an_already_registered_version_is_not_registered_twice(tmp_path: Path) -
     old = SimpleNamespace(version="4", source="x")
     client = FakeClient(exists=True, registered=[old])
     mv = registry.register_version(
-        "", VERSION, target, built / export.MANIFEST, client=client, log=lambda _m: None
+        "", VERSION, target, built / versions.MANIFEST, client=client, log=lambda _m: None
     )
     assert mv is old
     assert not any(c[0] == "version" for c in client.calls)
@@ -157,7 +159,7 @@ def test_a_model_created_meanwhile_by_another_job_is_fine(tmp_path: Path) -> Non
 
     client.create_registered_model = create
     mv = registry.register_version(
-        "", VERSION, target, built / export.MANIFEST, client=client, log=lambda _m: None
+        "", VERSION, target, built / versions.MANIFEST, client=client, log=lambda _m: None
     )
     assert mv is not None and mv.version == "1"
 
@@ -174,7 +176,7 @@ def test_registration_failure_warns_and_keeps_the_published_version(tmp_path, fa
     built, target, store = _published(tmp_path)
     lines: list[str] = []
     mv = registry.register_version(
-        "http://mlflow", VERSION, target, built / export.MANIFEST,
+        "http://mlflow", VERSION, target, built / versions.MANIFEST,
         client=FakeClient(fail=fail), log=lines.append,
     )  # fmt: skip
     assert mv is None
@@ -182,7 +184,7 @@ def test_registration_failure_warns_and_keeps_the_published_version(tmp_path, fa
     assert f"MLflow registration of {VERSION} failed" in warning
     assert Path(target).resolve().as_uri() in warning and str(fail) in warning
     assert "python -m elasticctr.train.registry" in warning
-    export.verify_version(store / "versions" / "20200401" / "07")  # untouched
+    versions.verify_version(store / "versions" / "20200401" / "07")  # untouched
 
 
 def test_trainer_registration_with_mlflow_down_warns_and_carries_on(
@@ -202,7 +204,7 @@ def test_trainer_registration_with_mlflow_down_warns_and_carries_on(
     assert tracker.register(VERSION, {"exported_to": target}, built) is None
     out = capsys.readouterr().out
     assert f"WARNING: MLflow registration of {VERSION} failed" in out
-    export.verify_version(store / "versions" / "20200401" / "07")
+    versions.verify_version(store / "versions" / "20200401" / "07")
     # nothing published or no tracking server: nothing to register, nothing said
     assert tracker.register(VERSION, {"exported_to": ""}, built) is None
     quiet = _Tracker(from_values({"global": {"data": {"slots": [0]}}, "trainer": {}}), None)

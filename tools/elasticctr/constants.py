@@ -40,8 +40,9 @@ DEFAULT_MAX_ERROR_RATE = 0.01
 """Share of malformed lines a data file may have before reading it fails (maxErrorRate)."""
 
 ENV_HDFS_UGI = "HDFS_UGI"
-"""HDFS credentials (`user,password`) when the values file carries no global.data.hdfsUgi
-(the chart sets it from trainer.hdfs.existingSecret)."""
+"""HDFS credentials (`user,password`; the user is the HDFS user) when the values file
+carries no global.data.hdfsUgi (the chart sets it from trainer.hdfs.existingSecret); the
+model store (elasticctr.modelstore) reads it too."""
 
 DATA_FILE_PREFIX = "part-"
 """Data files of a partition are named part-*; other files (donefile, _SUCCESS) are not data."""
@@ -112,6 +113,17 @@ ENV_COORDINATOR_URL = "ECTL_COORDINATOR_URL"
 """Elastic trainers: the coordinator's URL (else VC_COORDINATOR_HOSTS + ECTL_COORDINATOR_PORT)."""
 ENV_COORDINATOR_PORT = "ECTL_COORDINATOR_PORT"
 DEFAULT_COORDINATOR_PORT = 8300
+DEFAULT_COORDINATOR_LEASE_SECONDS = 120.0
+"""How long a trainer's task lease lasts without a heartbeat (chart:
+trainer.coordinator.leaseSeconds; tests/unit/test_chart_defaults.py keeps them equal)."""
+DEFAULT_COORDINATOR_TASK_MIB = 64
+"""Data files are split into tasks of about this many MiB (trainer.coordinator.taskMiB)."""
+DEFAULT_COORDINATOR_WINDOW = 2
+"""Partitions trained at the same time (trainer.coordinator.window)."""
+DEFAULT_COORDINATOR_CHECKPOINT_EVERY = 1
+"""Checkpoint after every N exports (trainer.coordinator.checkpointEvery)."""
+DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
+"""Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
 ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"
 """How long a trainer waits for every pserver endpoint to accept TCP connections."""
 DEFAULT_PSERVER_WAIT_SECONDS = 300.0
@@ -146,3 +158,9 @@ ENV_SERVING_URL = "ELASTICCTR_SERVING_URL"
 ENV_MODEL_STORE = "ELASTICCTR_MODEL_STORE"
 """URL of the model store (global.modelStore): file://, http(s):// fileserver, hdfs://."""
 SERVING_PORT = 8600
+SERVING_MAX_BATCH_SAMPLES = 1024
+"""Most samples in one dynamic batch (chart: serving.batching.maxBatchSamples)."""
+SERVING_MAX_WAIT_MS = 0.0
+"""Longest a batch waits to fill (chart: serving.batching.maxWaitMs); 0 = no waiting."""
+SERVING_MAX_QUEUE_SAMPLES = 20000
+"""Samples waiting beyond this answer 503 (chart: serving.batching.maxQueueSamples)."""

@@ -25,6 +25,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 
 from elasticctr.constants import chart_dir
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.zoo import COMMON_DEFAULTS, DEFAULTS
 
 Values = dict[str, Any]
 
@@ -200,8 +201,6 @@ def _int(value: Any) -> int:
 
 def model_hyperparameters() -> dict[str, set[str]]:
     """Hyperparameter names of each zoo model, from the zoo itself (no Paddle import)."""
-    from elasticctr.train.models import COMMON_DEFAULTS, DEFAULTS
-
     return {name: set(COMMON_DEFAULTS) | set(own) for name, own in DEFAULTS.items()}
 
 

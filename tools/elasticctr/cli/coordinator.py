@@ -26,11 +26,23 @@ def coordinator(
     hdfs_ugi: str | None = typer.Option(None, help="HDFS_UGI 'user,group' for hdfs:// URLs."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 in a pod)."),
     port: int = typer.Option(C.DEFAULT_COORDINATOR_PORT, help="Port of the JSON API."),
-    lease_seconds: float = typer.Option(60.0, min=1, help="Lease length without heartbeat."),
-    task_mb: float = typer.Option(64.0, min=0.001, help="Split files into tasks of this size."),
-    window: int = typer.Option(2, min=1, help="Partitions trained at the same time."),
-    checkpoint_every: int = typer.Option(1, min=1, help="Checkpoint every N exports."),
-    poll_seconds: float = typer.Option(30.0, min=0.05, help="How often to look for new hours."),
+    lease_seconds: float = typer.Option(
+        C.DEFAULT_COORDINATOR_LEASE_SECONDS, min=1, help="Lease length without heartbeat."
+    ),
+    task_mb: float = typer.Option(
+        float(C.DEFAULT_COORDINATOR_TASK_MIB),
+        min=0.001,
+        help="Split files into tasks of this size.",
+    ),
+    window: int = typer.Option(
+        C.DEFAULT_COORDINATOR_WINDOW, min=1, help="Partitions trained at the same time."
+    ),
+    checkpoint_every: int = typer.Option(
+        C.DEFAULT_COORDINATOR_CHECKPOINT_EVERY, min=1, help="Checkpoint every N exports."
+    ),
+    poll_seconds: float = typer.Option(
+        C.DEFAULT_COORDINATOR_POLL_SECONDS, min=0.05, help="How often to look for new hours."
+    ),
     from_checkpoint: str | None = typer.Option(
         None,
         help="This start is a job (re)start: take progress from this checkpoint folder "

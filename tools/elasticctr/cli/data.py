@@ -86,8 +86,8 @@ def generate_cmd(
 
       ectl data generate ./demo-data --hours 3 --lines 100000 --files 2 --workers 2
     """
-    from elasticctr.data.config import parse_date_hour
     from elasticctr.data.generate import GeneratorSpec, generate
+    from elasticctr.versions import parse_date_hour
 
     try:
         first = parse_date_hour(start)
@@ -309,10 +309,11 @@ def convert_cmd(
         --spec-in ./data/features.json
     """
     from elasticctr.data import storage
-    from elasticctr.data.config import format_slot_conf, parse_date_hour
+    from elasticctr.data.config import format_slot_conf
     from elasticctr.data.convert import ConvertOptions, convert, fit
     from elasticctr.data.features import FEATURES_JSON, read_spec
     from elasticctr.data.partitions import partition_url
+    from elasticctr.versions import parse_date_hour
 
     opts = ConvertOptions(
         kind=kind,

@@ -181,7 +181,7 @@ def _ask(values: dict[str, Any]) -> dict[str, Any]:
         if path:
             answers = merge_values(answers, {"global": {"data": {"path": path}}})
         if start:
-            from elasticctr.data.config import format_date_hour, parse_date_hour
+            from elasticctr.versions import format_date_hour, parse_date_hour
 
             try:
                 start = format_date_hour(parse_date_hour(start))

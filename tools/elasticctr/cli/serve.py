@@ -13,6 +13,9 @@ from elasticctr.constants import (
     ENV_MODEL_STORE,
     ENV_SERVING_TOKEN,
     ENV_SERVING_URL,
+    SERVING_MAX_BATCH_SAMPLES,
+    SERVING_MAX_QUEUE_SAMPLES,
+    SERVING_MAX_WAIT_MS,
     SERVING_PORT,
 )
 from elasticctr.errors import EctlError
@@ -46,15 +49,21 @@ def serve(
         None, help=f"File with the bearer token clients must send (else ${ENV_SERVING_TOKEN})."
     ),
     cache: Path = typer.Option(Path(".elasticctr/serving-cache"), help="Download cache."),
-    max_batch_samples: int = typer.Option(1024, min=1, help="Samples per dynamic batch."),
+    max_batch_samples: int = typer.Option(
+        SERVING_MAX_BATCH_SAMPLES, min=1, help="Samples per dynamic batch."
+    ),
     max_wait_ms: float = typer.Option(
-        0.0, min=0, help="Wait this long to fill a batch (0: batch whatever queued meanwhile)."
+        SERVING_MAX_WAIT_MS,
+        min=0,
+        help="Wait this long to fill a batch (0: batch whatever queued meanwhile).",
     ),
     max_inflight_batches: int = typer.Option(1, min=1, help="Batches in flight at once."),
     max_request_samples: int = typer.Option(1000, min=1, help="Samples per request."),
     max_request_features: int = typer.Option(1000, min=1, help="Feasigns per sample."),
     max_body_bytes: int = typer.Option(4 << 20, min=1, help="Request body limit."),
-    max_queue_samples: int = typer.Option(20000, min=1, help="Queue limit; beyond it: 503."),
+    max_queue_samples: int = typer.Option(
+        SERVING_MAX_QUEUE_SAMPLES, min=1, help="Queue limit; beyond it: 503."
+    ),
     poll_interval: float = typer.Option(
         2.0, min=0, help="Seconds between checks for a newly committed version (0: never)."
     ),
@@ -102,7 +111,7 @@ def serve(
         limits=Limits(max_request_samples, max_body_bytes, max_request_features),
     )
     if cfg.version:
-        from elasticctr.serving.store import check_version_id
+        from elasticctr.versions import check_version_id
 
         check_version_id(cfg.version)
 

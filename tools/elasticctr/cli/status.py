@@ -31,6 +31,7 @@ from elasticctr.cli._common import (
 )
 from elasticctr.constants import DONEFILE
 from elasticctr.errors import EctlError
+from elasticctr.versions import VERSIONS_DIR, is_version_id
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -43,7 +44,7 @@ EXTRA_COMPONENTS = ("cube", "mlflow")
 
 # HTTP paths of the release's own services, read through the API server's service proxy.
 COORDINATOR_PROGRESS_PATH = "v1/progress"
-FILESERVER_VERSIONS_PATH = "models/versions/"
+FILESERVER_VERSIONS_PATH = f"models/{VERSIONS_DIR}/"
 """Where the default model store (global.modelStore empty) keeps versions on the fileserver."""
 CUBE_STATUS_PATH = "v1/status"
 SERVING_READY_PATH = "readyz"
@@ -116,7 +117,9 @@ def _decode(data: bytes) -> Any:
 
 def newest_version(get: Callable[[str], Any]) -> str | None:
     """Newest `YYYYMMDD/HH` under the store's versions/ that has its donefile (the contract:
-    a version without it does not exist). `get(path)` returns a fileserver JSON listing."""
+    a version without it does not exist). `get(path)` returns a fileserver JSON listing:
+    the cluster is reached through the API server's service proxy, so this reads the
+    fileserver's listing format rather than opening the store with elasticctr.modelstore."""
     days = get(FILESERVER_VERSIONS_PATH)
     if not isinstance(days, dict):
         return None
@@ -125,6 +128,8 @@ def newest_version(get: Callable[[str], Any]) -> str | None:
         if not isinstance(hours, dict):
             continue
         for hour in sorted((e["name"].strip("/") for e in hours.get("entries", [])), reverse=True):
+            if not is_version_id(f"{day}/{hour}"):
+                continue  # not a version (the contract: elasticctr.versions)
             files = get(f"{FILESERVER_VERSIONS_PATH}{day}/{hour}/")
             if isinstance(files, dict) and any(
                 e["name"] == DONEFILE for e in files.get("entries", [])

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from elasticctr import constants as C
 from elasticctr.errors import EctlError
 
 STATE_VERSION = 1
@@ -87,10 +88,10 @@ class Coordinator:
     def __init__(
         self,
         *,
-        lease_seconds: float = 60.0,
-        task_bytes: int = 64 << 20,
-        window: int = 2,
-        checkpoint_every: int = 1,
+        lease_seconds: float = C.DEFAULT_COORDINATOR_LEASE_SECONDS,
+        task_bytes: int = C.DEFAULT_COORDINATOR_TASK_MIB << 20,
+        window: int = C.DEFAULT_COORDINATOR_WINDOW,
+        checkpoint_every: int = C.DEFAULT_COORDINATOR_CHECKPOINT_EVERY,
         save: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):

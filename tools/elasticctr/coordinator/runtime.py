@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from elasticctr import constants as C
 from elasticctr.coordinator.core import (
     CHECKPOINT_STATE,
     Coordinator,
@@ -32,11 +33,11 @@ class CoordinatorSettings:
     end: str | None
     state_url: str
     hdfs_ugi: str | None = None
-    lease_seconds: float = 60.0
-    task_bytes: int = 64 << 20
-    window: int = 2
-    checkpoint_every: int = 1
-    poll_seconds: float = 30.0
+    lease_seconds: float = C.DEFAULT_COORDINATOR_LEASE_SECONDS
+    task_bytes: int = C.DEFAULT_COORDINATOR_TASK_MIB << 20
+    window: int = C.DEFAULT_COORDINATOR_WINDOW
+    checkpoint_every: int = C.DEFAULT_COORDINATOR_CHECKPOINT_EVERY
+    poll_seconds: float = C.DEFAULT_COORDINATOR_POLL_SECONDS
     skip_missing_after: float | None = None
 
 

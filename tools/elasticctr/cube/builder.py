@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from elasticctr.cube.format import shard_file_name, shard_of, write_shard
-from elasticctr.cube.modelstore import VERSIONS_DIR, ModelVersion, check_version_id
+from elasticctr.cube.modelstore import ModelVersion
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.versions import VERSIONS_DIR, check_version_id
 
 CUBE_MANIFEST = "manifest.json"
 CUBE_FORMAT = "ectl-cube/1"

@@ -33,7 +33,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from elasticctr.constants import ENV_CUBE_ADMIN_TOKEN as ENV_ADMIN_TOKEN
-from elasticctr.cube.modelstore import check_version_id
 from elasticctr.cube.protocol import (
     CONTENT_TYPE,
     LOOKUP_JSON_PATH,
@@ -53,6 +52,7 @@ from elasticctr.httpd import (
     serve_async,
     stats_metrics,
 )
+from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.server")
 

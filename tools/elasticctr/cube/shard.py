@@ -17,8 +17,8 @@ from typing import Any
 
 from elasticctr.cube.builder import read_cube_manifest, version_dir
 from elasticctr.cube.format import ShardFile, sha256_file
-from elasticctr.cube.modelstore import check_version_id
 from elasticctr.errors import EctlError
+from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.shard")
 

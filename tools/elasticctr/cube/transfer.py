@@ -33,8 +33,9 @@ import httpx
 
 from elasticctr.cube.builder import build_version, built_versions, remove_version
 from elasticctr.cube.client import CubeClient, ShardError
-from elasticctr.cube.modelstore import check_version_id, fetch_version, list_versions
+from elasticctr.cube.modelstore import fetch_version, list_versions
 from elasticctr.errors import EctlError
+from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.transfer")
 

@@ -16,7 +16,6 @@ ElasticCTR users bring these two files, so they must keep working as inputs:
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import shlex
@@ -25,6 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticctr.errors import ValidationError
+from elasticctr.versions import (  # partition hours use the version id format
+    DATE_HOUR_FORMAT,
+    format_date_hour,
+    parse_date_hour,
+)
 
 KNOWN_KEYS = (
     "HDFS_ADDRESS",
@@ -36,27 +40,6 @@ KNOWN_KEYS = (
 )
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-_DATE_HOUR = re.compile(r"^(\d{8})/(\d{2})$")
-DATE_HOUR_FORMAT = "YYYYMMDD/HH"
-
-
-def parse_date_hour(text: str) -> dt.datetime:
-    """``20200401/00`` -> datetime(2020, 4, 1, 0); ValueError with the reason otherwise."""
-    match = _DATE_HOUR.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not {DATE_HOUR_FORMAT} (e.g. 20200401/00)")
-    day, hour = match.groups()
-    try:
-        date = dt.datetime.strptime(day, "%Y%m%d")
-    except ValueError:
-        raise ValueError(f"{text!r}: {day} is not a calendar date") from None
-    if int(hour) > 23:
-        raise ValueError(f"{text!r}: hour {hour} is not in 00..23")
-    return date.replace(hour=int(hour))
-
-
-def format_date_hour(when: dt.datetime) -> str:
-    return when.strftime("%Y%m%d/%H")
 
 
 def dataset_url(path: str, hdfs_address: str = "") -> str:

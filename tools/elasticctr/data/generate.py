@@ -40,9 +40,10 @@ import numpy as np
 
 from elasticctr.constants import DATA_FILE_PREFIX, DONEFILE, SLOT_CONF
 from elasticctr.data import storage
-from elasticctr.data.config import format_date_hour, format_slot_conf
+from elasticctr.data.config import format_slot_conf
 from elasticctr.data.partitions import HOUR, partition_url
 from elasticctr.errors import ValidationError
+from elasticctr.versions import format_date_hour
 
 GENERATOR_JSON = "generator.json"
 BLOCK_LINES = 20_000

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from elasticctr.constants import DATA_FILE_PREFIX, DONEFILE
 from elasticctr.data import storage
-from elasticctr.data.config import format_date_hour, parse_date_hour
 from elasticctr.errors import EctlError
+from elasticctr.versions import format_date_hour, parse_date_hour
 
 log = logging.getLogger(__name__)
 HOUR = dt.timedelta(hours=1)

@@ -49,8 +49,14 @@ def _scheme(url: str) -> str:
     return parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
 
 
-def url_to_fs(url: str, hdfs_ugi: str | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and the path inside it for a storage URL (or a bare local path)."""
+def url_to_fs(
+    url: str, hdfs_ugi: str | None = None, *, token: str | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and the path inside it for a storage URL (or a bare local path).
+
+    `token` is the fileserver's bearer token for http(s):// (sent on reads and writes);
+    None means $ELASTICCTR_FILESERVER_TOKEN.
+    """
     if not url:
         raise EctlError("empty storage URL", hint="use a path, file://, hdfs:// or http(s)://")
     scheme = _scheme(url)
@@ -79,7 +85,8 @@ def url_to_fs(url: str, hdfs_ugi: str | None = None) -> tuple[fsspec.AbstractFil
         from fsspec.implementations.http import HTTPFileSystem
 
         headers = {}
-        token = os.environ.get(ENV_FILESERVER_TOKEN)
+        if token is None:
+            token = os.environ.get(ENV_FILESERVER_TOKEN)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         fs = HTTPFileSystem(client_kwargs={"headers": headers} if headers else None)
@@ -98,7 +105,11 @@ def join(url: str, *parts: str) -> str:
     return out
 
 
-def _wrap(url: str, exc: Exception) -> EctlError:
+def wrap_error(url: str, exc: BaseException) -> EctlError:
+    """A storage failure as a user-facing error: the URL, the HTTP status or HDFS class,
+    and a hint (token, HDFS_UGI) where one helps."""
+    if isinstance(exc, EctlError):
+        return exc
     if isinstance(exc, FileNotFoundError):
         return EctlError(f"{url}: not found")
     if isinstance(exc, IsADirectoryError):
@@ -116,10 +127,19 @@ def _wrap(url: str, exc: Exception) -> EctlError:
                 hint="check HDFS_UGI (the user) and the folder's owner and mode",
             )
         return EctlError(f"{url}: HDFS error: {java_class.rsplit('.', 1)[-1]} {detail}".strip())
-    if getattr(exc, "status", None) in (401, 403):
+    status = getattr(exc, "status", None)
+    if status in (401, 403):
         return EctlError(
-            f"{url}: the fileserver refused the request ({exc.status})",
+            f"{url}: the fileserver refused the request (HTTP {status})",
             hint=f"set {ENV_FILESERVER_TOKEN} to the fileserver's token",
+        )
+    if isinstance(status, int):
+        reason = getattr(exc, "message", "") or ""
+        return EctlError(f"{url}: HTTP {status} {reason}".rstrip())
+    if type(exc).__module__.startswith("aiohttp"):
+        return EctlError(
+            f"{url}: cannot reach the server ({type(exc).__name__}: {exc})",
+            hint="check the URL and that the fileserver is running",
         )
     return EctlError(f"{url}: {type(exc).__name__}: {exc}")
 
@@ -131,7 +151,7 @@ def exists(url: str, hdfs_ugi: str | None = None) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc
 
 
 def list_names(url: str, hdfs_ugi: str | None = None) -> list[tuple[str, bool]]:
@@ -142,7 +162,7 @@ def list_names(url: str, hdfs_ugi: str | None = None) -> list[tuple[str, bool]]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc
     out = []
     base = path.rstrip("/")
     for entry in entries:
@@ -164,7 +184,7 @@ def open_input(url: str, hdfs_ugi: str | None = None) -> IO[bytes]:
     try:
         raw = fs.open(path, "rb")
     except (OSError, RuntimeError) as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc
     if compression:
         from fsspec.compression import compr
 
@@ -186,13 +206,15 @@ def read_text(url: str, hdfs_ugi: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
+def open_atomic(
+    url: str, hdfs_ugi: str | None = None, *, token: str | None = None
+) -> Iterator[IO[bytes]]:
     """Write a file so readers see either nothing or all of it.
 
     Local and HDFS: write ``.tmp-<name>-<uuid>`` beside the target, then rename over it
     (a failed write removes the temp file). HTTP: one upload; the fileserver renames.
     """
-    fs, path = url_to_fs(url, hdfs_ugi)
+    fs, path = url_to_fs(url, hdfs_ugi, token=token)
     parent, name = posixpath.split(path.rstrip("/"))
     if _scheme(url) in ("http", "https"):
         import io
@@ -202,21 +224,21 @@ def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
         try:
             fs.pipe_file(path, buf.getvalue())
         except Exception as exc:  # aiohttp/fsspec raise several unrelated types
-            raise _wrap(url, exc) from exc
+            raise wrap_error(url, exc) from exc
         return
     if isinstance(fs, LocalFileSystem):
         parent = os.path.dirname(path)
     try:
         fs.makedirs(parent, exist_ok=True)
     except (OSError, RuntimeError) as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc
     tmp = posixpath.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
     if isinstance(fs, LocalFileSystem):
         tmp = os.path.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:12]}")
     try:
         fh = fs.open(tmp, "wb")
     except (OSError, RuntimeError) as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc
     try:
         yield fh
         fh.close()
@@ -236,9 +258,28 @@ def open_atomic(url: str, hdfs_ugi: str | None = None) -> Iterator[IO[bytes]]:
         raise
 
 
-def write_bytes(url: str, data: bytes, hdfs_ugi: str | None = None) -> None:
-    with open_atomic(url, hdfs_ugi) as fh:
+def write_bytes(
+    url: str, data: bytes, hdfs_ugi: str | None = None, *, token: str | None = None
+) -> None:
+    with open_atomic(url, hdfs_ugi, token=token) as fh:
         fh.write(data)
+
+
+def put_file(
+    local: str | os.PathLike, url: str, hdfs_ugi: str | None = None, *, token: str | None = None
+) -> None:
+    """Upload a local file atomically, streaming (no whole-file copy in memory)."""
+    if _scheme(url) in ("http", "https"):
+        fs, path = url_to_fs(url, hdfs_ugi, token=token)
+        try:
+            fs.put_file(os.fspath(local), path)  # the fileserver stores uploads atomically
+        except Exception as exc:  # aiohttp/fsspec raise several unrelated types
+            raise wrap_error(url, exc) from exc
+        return
+    import shutil
+
+    with open(local, "rb") as src, open_atomic(url, hdfs_ugi, token=token) as dst:
+        shutil.copyfileobj(src, dst, 4 << 20)
 
 
 def write_text(url: str, text: str, hdfs_ugi: str | None = None) -> None:
@@ -252,4 +293,4 @@ def makedirs(url: str, hdfs_ugi: str | None = None) -> None:
     try:
         fs.makedirs(path, exist_ok=True)
     except (OSError, RuntimeError) as exc:
-        raise _wrap(url, exc) from exc
+        raise wrap_error(url, exc) from exc

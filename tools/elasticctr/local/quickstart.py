@@ -21,13 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from elasticctr.cube.modelstore import list_versions
 from elasticctr.data import storage
 from elasticctr.data.generate import GeneratorSpec, generate
 from elasticctr.errors import EctlError
 from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
 from elasticctr.local.supervisor import Supervisor
-from elasticctr.train.export import version_path
+from elasticctr.modelstore import open_store
 
 
 @dataclass
@@ -111,7 +110,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         newest = train_hours[-1]
         served = _wait_served(ep.serving, newest, console, sup, timeout=180)
         auc, logloss, p50, p99, n = _predict_heldout(ep.serving, data_root, result.heldout)
-        manifest = json.loads((stack.store / version_path(newest) / "manifest.json").read_text())
+        manifest = open_store(str(stack.store)).read_manifest(newest)
         run_id, metrics = _mlflow_summary(ep.mlflow)
         report = QuickstartReport(
             versions=_versions(stack.store),
@@ -205,11 +204,11 @@ def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup) ->
 
 def _versions(store: Path) -> list[str]:
     """Complete versions in the model store (the store's own listing, as cube-transfer sees it)."""
-    return list_versions(str(store))
+    return open_store(str(store)).list_versions()
 
 
 def _manifest_samples(store: Path, version: str) -> float:
-    manifest = json.loads((store / version_path(version) / "manifest.json").read_text())
+    manifest = open_store(str(store)).read_manifest(version)
     return float(manifest.get("metrics", {}).get("samples", 0))
 
 

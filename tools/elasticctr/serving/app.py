@@ -27,6 +27,11 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from elasticctr.constants import (
+    SERVING_MAX_BATCH_SAMPLES,
+    SERVING_MAX_QUEUE_SAMPLES,
+    SERVING_MAX_WAIT_MS,
+)
 from elasticctr.data.parser import LineParser, SlotBatch
 from elasticctr.errors import EctlError, ValidationError
 from elasticctr.httpd import HttpStats, Request, Response, bearer_ok, stats_metrics
@@ -67,9 +72,9 @@ class ServeConfig:
     cache: Path = Path(".elasticctr/serving-cache")
     version: str | None = None  # start on this version (else cube's committed / newest)
     token: str | None = None
-    max_batch_samples: int = 1024
-    max_wait_ms: float = 0.0
-    max_queue_samples: int = 20000
+    max_batch_samples: int = SERVING_MAX_BATCH_SAMPLES
+    max_wait_ms: float = SERVING_MAX_WAIT_MS
+    max_queue_samples: int = SERVING_MAX_QUEUE_SAMPLES
     max_inflight_batches: int = 1
     poll_interval: float = 2.0
     cube_timeout: float = 5.0

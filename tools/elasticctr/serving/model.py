@@ -21,9 +21,7 @@ import numpy as np
 
 from elasticctr.data.parser import SlotBatch
 from elasticctr.errors import EctlError
-
-MANIFEST = "manifest.json"
-DENSE_DIR = "dense"
+from elasticctr.versions import DENSE_DIR, MANIFEST  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ process because `paddle.enable_static()` is process-global.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elasticctr.constants import DONEFILE
+from elasticctr import versions
 
 _BUILD_DENSE = r"""
 import sys, numpy as np, paddle
@@ -42,10 +40,6 @@ paddle.static.save_inference_model(out + "/model", [pooled], [prob], exe, progra
 """
 
 
-def _sha(path: Path) -> dict:
-    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "bytes": path.stat().st_size}
-
-
 def write_version(
     store: Path,
     version: str,
@@ -63,7 +57,7 @@ def write_version(
     `dense_from` copies the dense model files of another version (same slots/dim) instead
     of building one, so tests can make versions that differ only in their embeddings.
     """
-    vdir = Path(store) / "versions" / version
+    vdir = Path(store) / versions.version_path(version)
     (vdir / "sparse").mkdir(parents=True, exist_ok=True)
     (vdir / "dense").mkdir(parents=True, exist_ok=True)
     if dense_from is not None:
@@ -78,26 +72,19 @@ def write_version(
     rng = np.random.default_rng(seed)
     keys = np.unique(np.asarray(keys, dtype=np.uint64))
     values = rng.normal(0, 0.5, size=(keys.size, dim)).astype(np.float32)
-    files = {}
     for i, idx in enumerate(np.array_split(np.arange(keys.size), parts)):
         for suffix, arr in (("keys", keys[idx]), ("values", values[idx])):
             rel = f"sparse/part-{i:05d}.{suffix}.npy"
             np.save(vdir / rel, arr)
-    for f in sorted(vdir.rglob("*")):
-        if f.is_file() and f.name not in ("manifest.json", DONEFILE):
-            files[str(f.relative_to(vdir))] = _sha(f)
-    manifest = {
+    meta = {
         "model": "test-dnn",
-        "version": version,
         "slots": list(slots),
         "embedding_dim": dim,
         "sparse_dim": sparse_dim,
         "metrics": {},
-        "rows": {"sparse": int(keys.size)},
-        "files": files,
+        "sparse": {"rows": int(keys.size), "parts": parts},
     }
-    (vdir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    (vdir / DONEFILE).write_text("")
+    versions.write_manifest(vdir, version, meta)
     return vdir
 
 

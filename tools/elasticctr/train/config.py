@@ -11,7 +11,6 @@ in the values file belongs to other parts and is ignored here. `hdfsAddress` com
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,7 @@ from elasticctr.constants import DEFAULT_MAX_ERROR_RATE, ENV_HDFS_UGI
 from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
 from elasticctr.train.models import ModelSpec, resolve_spec
-
-DATE_HOUR = re.compile(r"^\d{8}/\d{2}$")
+from elasticctr.versions import parse_date_hour
 
 
 @dataclass(frozen=True)
@@ -81,8 +79,11 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
         problems.append(f"global.data.sparseDim: expected a positive integer, got {sparse_dim!r}")
     for key in ("startDateHour", "endDateHour"):
         value = data.get(key) or ""
-        if value and not DATE_HOUR.match(str(value)):
-            problems.append(f"global.data.{key}: expected YYYYMMDD/HH, got {value!r}")
+        if value:
+            try:
+                parse_date_hour(str(value))
+            except ValueError as exc:
+                problems.append(f"global.data.{key}: {exc}")
     rate = data.get("maxErrorRate", DEFAULT_MAX_ERROR_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
         problems.append(f"global.data.maxErrorRate: expected a number in [0, 1], got {rate!r}")

@@ -306,7 +306,9 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
                 dense_ready = True
             task, lease = answer["task"], answer["lease"]
-            beat.track(lease, float(answer.get("lease_seconds", 60.0)))
+            beat.track(
+                lease, float(answer.get("lease_seconds", C.DEFAULT_COORDINATOR_LEASE_SECONDS))
+            )
             log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
             t0, n, abandoned = time.monotonic(), 0, False
             mine = stats.setdefault(task["partition"], {"losses": [], "samples": 0, "secs": 0.0})
@@ -475,7 +477,7 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
     }
     meter.reset()
     part = roles.Partition(partition, 0)
-    if roles.export.published(cfg.model_store, partition):
+    if cfg.model_store and roles.model_store(cfg).has_version(partition):
         # Exported before the job restarted from an older checkpoint: a published version
         # is immutable (cube and serving may hold it), so the retrained one is not.
         log(f"{partition}: already published before the job restart; keeping that version")

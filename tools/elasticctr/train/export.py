@@ -9,50 +9,27 @@
   donefile                           written last
 ```
 
-`write_version` builds the version in a local folder and then copies it to the store
-(file path, file://, or any fsspec URL) with the donefile last, so a reader never sees a
-version whose donefile exists while files are missing. `verify_version` is what every
-consumer (cube-transfer, serving) runs before using a version.
+`build_version` lays the version out in a local folder (the manifest and donefile through
+`elasticctr.versions`, the one home of the version contract); the trainer then publishes
+it with `elasticctr.modelstore` (donefile last). This module is the training side only:
+reading Paddle's PS dumps and pooling embeddings for the held-out evaluation.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
-import re
 import shutil
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from elasticctr.constants import DONEFILE
+from elasticctr import versions
 from elasticctr.errors import EctlError
 
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
 DEFAULT_ROWS_PER_PART = 1 << 20
-VERSION_ID = re.compile(r"^(\d{8})/(\d{2})$")
-_HASH_CHUNK = 1 << 20
-
-
-def version_path(version_id: str) -> str:
-    """'20200401/07' -> 'versions/20200401/07' (relative to the model store root)."""
-    if not VERSION_ID.match(version_id):
-        raise EctlError(f"bad version id {version_id!r}: expected YYYYMMDD/HH")
-    return f"versions/{version_id}"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- sparse table dump (Paddle PS, SparseAccessor text) ----------------------------------
@@ -199,94 +176,19 @@ def build_version(
     rows_per_part: int = DEFAULT_ROWS_PER_PART,
 ) -> dict[str, Any]:
     """Lay out one complete version (with donefile) in a local folder; return the manifest."""
+    versions.check_version_id(version_id)
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    shutil.copytree(dense_dir, out_dir / "dense")
-    parts = _write_sparse(out_dir / "sparse", keys, values, rows_per_part)
-    files = {}
-    for path in sorted(out_dir.rglob("*")):
-        if path.is_file():
-            rel = path.relative_to(out_dir).as_posix()
-            files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "version": version_id,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    shutil.copytree(dense_dir, out_dir / versions.DENSE_DIR)
+    parts = _write_sparse(out_dir / versions.SPARSE_DIR, keys, values, rows_per_part)
+    facts = {
         **meta,
         "embedding_dim": int(values.shape[1]),
         "sparse": {"rows": int(keys.size), "parts": parts},
-        "files": files,
     }
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    (out_dir / DONEFILE).write_text(version_id + "\n")
-    return manifest
-
-
-def published(store: str, version_id: str) -> bool:
-    """Whether the model store already holds this version (its donefile exists)."""
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(f"{store.rstrip('/')}/{version_path(version_id)}")
-    return bool(fs.exists(f"{root}/{DONEFILE}"))
-
-
-def publish(local_dir: Path, store: str, version_id: str) -> str:
-    """Copy a built version into the model store, donefile last; return its URL/path."""
-    import fsspec
-
-    target = f"{store.rstrip('/')}/{version_path(version_id)}"
-    fs, root = fsspec.core.url_to_fs(target)
-    if fs.exists(f"{root}/{DONEFILE}"):
-        raise EctlError(f"model version {version_id} already exists at {target}")
-    local_dir = Path(local_dir)
-    files = [p for p in sorted(local_dir.rglob("*")) if p.is_file() and p.name != DONEFILE]
-    for path in [*files, local_dir / DONEFILE]:  # the donefile makes the version exist
-        rel = path.relative_to(local_dir).as_posix()
-        fs.makedirs(f"{root}/{rel}".rsplit("/", 1)[0], exist_ok=True)
-        fs.put_file(str(path), f"{root}/{rel}")
-    return target
-
-
-def verify_version(path: str | Path) -> dict[str, Any]:
-    """Check a version folder against its manifest; return the manifest or raise EctlError.
-
-    Fails when the donefile or manifest is missing, a listed file is missing, has another
-    size or another sha256, or an unlisted file sits in dense/ or sparse/.
-    """
-    root = Path(path)
-    if not (root / DONEFILE).is_file():
-        raise EctlError(f"{root}: no {DONEFILE}: the version is incomplete")
-    try:
-        manifest = json.loads((root / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise EctlError(f"{root}: {MANIFEST} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise EctlError(f"{root}: {MANIFEST} is unreadable: {exc}") from None
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        raise EctlError(f"{root}: {MANIFEST} lists no files")
-    problems = []
-    for rel, info in sorted(files.items()):
-        file = root / rel
-        if not file.is_file():
-            problems.append(f"{rel}: missing")
-            continue
-        size = file.stat().st_size
-        if size != info.get("bytes"):
-            problems.append(f"{rel}: {size} bytes, manifest says {info.get('bytes')}")
-            continue
-        if sha256_file(file) != info.get("sha256"):
-            problems.append(f"{rel}: sha256 differs from the manifest")
-    for sub in ("dense", "sparse"):
-        for file in sorted((root / sub).rglob("*")) if (root / sub).is_dir() else []:
-            rel = file.relative_to(root).as_posix()
-            if file.is_file() and rel not in files:
-                problems.append(f"{rel}: not in the manifest")
-    if problems:
-        raise EctlError(f"model version {root} failed verification: " + "; ".join(problems))
-    return manifest
+    return versions.write_manifest(out_dir, version_id, facts)
 
 
 def local_tempdir(prefix: str) -> Path:

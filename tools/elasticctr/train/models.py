@@ -6,8 +6,9 @@ sparse side identical for every model means one sparse table, one export format 
 cube/serving path; models with a first-order (linear) term reserve column 0 of each row
 for it (`first_order=True`), the rest is the embedding.
 
-Defaults live only in `DEFAULTS`/`COMMON_DEFAULTS`; `resolve_spec` merges user values
-(`trainer.model` in values.yaml) over them and rejects unknown names and bad values.
+Defaults live only in `elasticctr.zoo` (no Paddle there, so values checks read them too);
+`resolve_spec` merges user values (`trainer.model` in values.yaml) over them and rejects
+unknown names and bad values.
 """
 
 from __future__ import annotations
@@ -17,28 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticctr.errors import ValidationError
-
-COMMON_DEFAULTS: dict[str, Any] = {
-    "optimizer": "adam",
-    "learningRate": 0.001,
-    "sparseLearningRate": 0.05,
-    "batchSize": 512,
-}
-"""Hyperparameters every model has."""
-
-DEFAULTS: dict[str, dict[str, Any]] = {
-    # ElasticCTR's network: 9-wide embeddings, three 400-unit ReLU layers.
-    "dnn": {"embeddingDim": 9, "hiddenUnits": [400, 400, 400]},
-    "lr": {},
-    "wide_deep": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400]},
-    # The FM term squares sums of embeddings: at the common 0.05 sparse rate it blew up on
-    # real Criteo rows (held-out AUC 0.63, logloss 1.14); 0.01 gives 0.728.
-    "deepfm": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "sparseLearningRate": 0.01},
-    "dcn": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "crossLayers": 3},
-    "xdeepfm": {"embeddingDim": 8, "hiddenUnits": [400, 400, 400], "cinLayers": [128, 128]},
-}
-DEFAULT_MODEL = "dnn"
-OPTIMIZERS = ("adam", "sgd", "adagrad")
+from elasticctr.zoo import COMMON_DEFAULTS, DEFAULT_MODEL, DEFAULTS, OPTIMIZERS  # noqa: F401 (API)
 
 
 @dataclass(frozen=True)

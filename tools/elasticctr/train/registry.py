@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticctr import constants as C
-from elasticctr.train import export
+from elasticctr import modelstore, versions
 
 TAG_MODEL = "elasticctr.model"
 TAG_AUC = "elasticctr.auc"
@@ -131,7 +131,7 @@ def register_version(
 ):
     """Register a published version; returns the MLflow ModelVersion, or None on any error.
 
-    `target` is where `export.publish` put the version; `manifest_path` a local copy of its
+    `target` is where `ModelStore.publish` put the version; `manifest_path` a local copy of its
     manifest.json (tags come from it); `run_id` the training run (needed for the fallback
     source). `client` (an MlflowClient) is for tests.
     """
@@ -140,7 +140,7 @@ def register_version(
     try:
         manifest_path = Path(manifest_path)
         manifest = json.loads(manifest_path.read_text())
-        tags = version_tags(version_id, manifest, export.sha256_file(manifest_path))
+        tags = version_tags(version_id, manifest, versions.sha256_file(manifest_path))
         tags[TAG_STORE_URL] = url
         if client is None:
             from mlflow import MlflowClient
@@ -191,7 +191,7 @@ def _register_with_run_manifest(client, name, version_id, manifest_path, run_id,
     artifact_path = f"{ARTIFACT_DIR}/{version_id}"
     with tempfile.TemporaryDirectory() as tmp:
         # log_artifact keeps the file name: copy it so the run gets exactly manifest.json
-        copy = Path(tmp) / export.MANIFEST
+        copy = Path(tmp) / versions.MANIFEST
         copy.write_bytes(Path(manifest_path).read_bytes())
         client.log_artifact(run_id, str(copy), artifact_path)
     return client.create_model_version(
@@ -205,8 +205,6 @@ def _register_with_run_manifest(client, name, version_id, manifest_path, run_id,
 
 def main(argv: list[str] | None = None) -> int:
     """Register a version already in the model store (e.g. after a failed registration)."""
-    import fsspec
-
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("store", help="model store (global.modelStore): path, file://, http(s)://")
     ap.add_argument("version", help="version id YYYYMMDD/HH")
@@ -214,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-id", help="training run of the version (fallback source)")
     ap.add_argument("--name", default=None, help=f"default: ${C.ENV_MLFLOW_REGISTERED_MODEL}")
     args = ap.parse_args(argv)
-    target = f"{args.store.rstrip('/')}/{export.version_path(args.version)}"
+    store = modelstore.open_store(args.store)
+    target = store.version_url(args.version)
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / export.MANIFEST
-        with fsspec.open(f"{target}/{export.MANIFEST}", "rb") as fh:
-            local.write_bytes(fh.read())
+        local = Path(tmp) / versions.MANIFEST
+        local.write_bytes(store.read_bytes(args.version, versions.MANIFEST))
         mv = register_version(
             args.tracking_uri or "", args.version, target, local, run_id=args.run_id, name=args.name
         )

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticctr import constants as C
+from elasticctr import modelstore, versions
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
 from elasticctr.train import export, metrics
@@ -424,7 +425,7 @@ def _save_dense(exe, net: Net, dump_dir: Path, names: list[str], out_dir: Path) 
 def evaluate_version(version_dir: Path, batches: list) -> dict:
     """AUC/logloss of an exported version on batches: numpy lookup + the saved dense model."""
     paddle = _paddle()
-    manifest = export.verify_version(version_dir)
+    manifest = versions.verify_version(version_dir)
     keys = np.concatenate([np.load(p) for p in sorted((version_dir / "sparse").glob("*.keys.npy"))])
     values = np.concatenate(
         [np.load(p) for p in sorted((version_dir / "sparse").glob("*.values.npy"))]
@@ -586,6 +587,11 @@ def _maybe_resume(opts: TrainerOptions) -> str | None:
     return str(progress["version"])
 
 
+def model_store(cfg: TrainConfig) -> modelstore.ModelStore:
+    """The job's model store, opened with the fileserver token and HDFS user."""
+    return modelstore.open_store(cfg.model_store, hdfs_ugi=cfg.hdfs_ugi)
+
+
 def _export_partition(
     cfg: TrainConfig, part: Partition, dump_dir: Path, dense_meta: dict, heldout: list, train: dict
 ) -> dict:
@@ -622,11 +628,11 @@ def _export_partition(
     )
     target = ""
     if cfg.model_store:
-        target = export.publish(local, cfg.model_store, part.version_id)
+        target = model_store(cfg).publish(local, part.version_id)
     result = {
         **meta["metrics"],
         "sparse_rows": manifest["sparse"]["rows"],
-        "manifest_sha256": export.sha256_file(local / export.MANIFEST),
+        "manifest_sha256": versions.sha256_file(local / versions.MANIFEST),
         "export_seconds": time.monotonic() - t0,
         "exported_to": target,
     }
@@ -695,7 +701,7 @@ class _Tracker:
             self.cfg.mlflow_uri,
             version_id,
             result["exported_to"],
-            Path(version_dir) / export.MANIFEST,
+            Path(version_dir) / versions.MANIFEST,
             run_id=run_id,
             log=log,
         )

@@ -1,0 +1,261 @@
+"""The model store: open it (URL, fileserver token, HDFS user, HDFS base address), list
+its versions, read and fetch them verified, publish new ones atomically.
+
+Every part that touches the store goes through `open_store`: the training export
+(publish), cube-transfer and `ectl cube build` (fetch sparse), serving (fetch dense or
+whole, newest version), `ectl status`/quickstart (list, read the manifest). What a
+version *is* (id, manifest, sha256, verify) is `elasticctr.versions`.
+
+Opening reads, when not passed explicitly:
+
+- ``ELASTICCTR_MODEL_STORE`` the store URL (global.modelStore): a path, ``file://``,
+  ``http(s)://`` (the fileserver) or ``hdfs://``; ``hdfs:///path`` takes the namenode from
+  the HDFS base address (global.data.hdfsAddress / data.config's HDFS_ADDRESS);
+- ``ELASTICCTR_FILESERVER_TOKEN`` the bearer token sent on every http(s) request, reads
+  included (a fileserver may protect reads);
+- ``HDFS_UGI`` (``user,password``) whose user is the HDFS user.
+
+Failures are `EctlError`s that name the URL and the HTTP status or HDFS error, with a
+hint about the token where it helps; an unreadable store is never mistaken for an
+empty one.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elasticctr import versions
+from elasticctr.constants import (
+    DONEFILE,
+    ENV_FILESERVER_TOKEN,
+    ENV_HDFS_UGI,
+    ENV_MODEL_STORE,
+)
+from elasticctr.data import storage
+from elasticctr.errors import EctlError
+
+
+def _with_hdfs_address(url: str, hdfs_address: str | None) -> str:
+    """``hdfs:///models`` + ``hdfs://nn:9000`` -> ``hdfs://nn:9000/models``."""
+    if url.startswith("hdfs:///") and hdfs_address:
+        from elasticctr.data.config import normalize_hdfs_address
+
+        return normalize_hdfs_address(hdfs_address) + "/" + url[len("hdfs:///") :]
+    return url
+
+
+@dataclass(frozen=True)
+class ModelStore:
+    """An opened model store; `url` is its root (the folder that holds versions/)."""
+
+    url: str
+    token: str | None = None
+    hdfs_ugi: str | None = None
+
+    # --- addressing -------------------------------------------------------------------
+
+    def local_root(self) -> Path | None:
+        """The store's folder when it is local (a path or file://), else None."""
+        if self.url.startswith("file://"):
+            return Path(self.url[len("file://") :])
+        if "://" not in self.url:
+            return Path(self.url)
+        return None
+
+    def url_of(self, *parts: str) -> str:
+        return storage.join(self.url, *parts) if parts else self.url
+
+    def version_url(self, version: str) -> str:
+        return self.url_of(versions.version_path(version))
+
+    def _fs(self, url: str):
+        return storage.url_to_fs(url, self.hdfs_ugi, token=self.token or "")
+
+    def _call(self, url: str, fn, *args):
+        try:
+            return fn(*args)
+        except EctlError:
+            raise
+        except Exception as exc:  # fsspec/aiohttp/hdfs-native raise many unrelated types
+            raise storage.wrap_error(url, exc) from exc
+
+    # --- listing ----------------------------------------------------------------------
+
+    def _names(self, url: str) -> list[str]:
+        """Entry names directly under `url`; [] when it does not exist."""
+        fs, path = self._fs(url)
+
+        def ls() -> list[str]:
+            try:
+                entries = fs.ls(path, detail=False)
+            except FileNotFoundError:
+                return []
+            names = []
+            for entry in entries:
+                name = str(entry).rstrip("/")
+                if name == path.rstrip("/"):
+                    continue
+                leaf = posixpath.basename(name.split("://", 1)[-1])
+                if not leaf.startswith(".tmp-"):
+                    names.append(leaf)
+            return names
+
+        return self._call(url, ls)
+
+    def list_versions(self) -> list[str]:
+        """Complete versions (valid id and donefile present), oldest first."""
+        found: list[str] = []
+        local = self.local_root()
+        if local is not None:
+            base = local / versions.VERSIONS_DIR
+            if not base.is_dir():
+                return []
+            for day in sorted(p for p in base.iterdir() if p.is_dir()):
+                for hour in sorted(p for p in day.iterdir() if p.is_dir()):
+                    vid = f"{day.name}/{hour.name}"
+                    if versions.is_version_id(vid) and (hour / DONEFILE).is_file():
+                        found.append(vid)
+            return found
+        base_url = self.url_of(versions.VERSIONS_DIR)
+        for day in sorted(self._names(base_url)):
+            if not (len(day) == 8 and day.isdigit()):
+                continue
+            for hour in sorted(self._names(storage.join(base_url, day))):
+                vid = f"{day}/{hour}"
+                if versions.is_version_id(vid) and DONEFILE in self._names(
+                    storage.join(base_url, day, hour)
+                ):
+                    found.append(vid)
+        return found
+
+    def latest_version(self) -> str | None:
+        """Newest complete version, or None when the store has none (errors raise)."""
+        found = self.list_versions()
+        return found[-1] if found else None
+
+    def has_version(self, version: str) -> bool:
+        """Whether the version is published (its donefile exists)."""
+        # A listing, not fs.exists: fsspec's HTTP exists() answers False on a 401.
+        return DONEFILE in self._names(self.version_url(version))
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read_bytes(self, version: str, rel: str) -> bytes:
+        """One file of a version (e.g. its manifest.json)."""
+        problem = versions.relpath_problem(rel)
+        if problem:
+            raise EctlError(f"model version {version}: {problem}")
+        url = storage.join(self.version_url(version), rel)
+        fs, path = self._fs(url)
+        return self._call(url, fs.cat_file, path)
+
+    def read_manifest(self, version: str) -> dict[str, Any]:
+        import json
+
+        raw = self.read_bytes(version, versions.MANIFEST)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise EctlError(
+                f"model version {version}: {versions.MANIFEST} unreadable: {exc}"
+            ) from None
+        if not isinstance(data, dict):
+            raise EctlError(f"model version {version}: {versions.MANIFEST} is not an object")
+        return data
+
+    def fetch(self, version: str, cache: str | Path, *, only: str | None = None) -> Path:
+        """A verified local folder of `version` (just `only`/, e.g. "dense", if given).
+
+        A local store is verified and read in place; a remote one is copied into
+        `cache/<version>` (replaced atomically) and verified there. Raises EctlError when
+        the version is absent, unfinished or differs from its manifest.
+        """
+        versions.check_version_id(version)
+        where = f"model version {version}"
+        local = self.local_root()
+        if local is not None:
+            vdir = local / versions.VERSIONS_DIR / version
+            if not (vdir / DONEFILE).is_file():
+                raise EctlError(f"{where}: not in {self.url} (no {vdir / DONEFILE})")
+            versions.verify_version(vdir, only=only, where=where)
+            return vdir
+        if not self.has_version(version):
+            raise EctlError(f"{where}: not in {self.url} (no {DONEFILE})")
+        dest = Path(cache) / version
+        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}")
+        tmp.mkdir(parents=True)
+        try:
+            (tmp / versions.MANIFEST).write_bytes(self.read_bytes(version, versions.MANIFEST))
+            manifest = versions.read_manifest(tmp, where)
+            files = manifest.get("files")
+            for rel in files if isinstance(files, dict) else ():
+                if versions.relpath_problem(rel) or (only and not rel.startswith(only + "/")):
+                    continue  # verify_version reports unsafe paths
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                url = storage.join(self.version_url(version), rel)
+                fs, path = self._fs(url)
+                self._call(url, fs.get_file, path, str(tmp / rel))
+            (tmp / DONEFILE).write_text(version + "\n")
+            versions.verify_version(tmp, only=only, where=where)
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    # --- writing ----------------------------------------------------------------------
+
+    def publish(self, local_dir: str | Path, version: str) -> str:
+        """Copy a built, verified version into the store, donefile last; return its URL.
+
+        Every file is written atomically (temp + rename on local/HDFS; the fileserver
+        renames uploads), and the donefile only after all the others, so a reader never
+        sees a version whose donefile exists while files are missing.
+        """
+        local_dir = Path(local_dir)
+        versions.verify_version(local_dir, where=f"model version {version} (local build)")
+        target = self.version_url(version)
+        if self.has_version(version):
+            raise EctlError(f"model version {version} already exists at {target}")
+        files = [p for p in sorted(local_dir.rglob("*")) if p.is_file() and p.name != DONEFILE]
+        for path in [*files, local_dir / DONEFILE]:  # the donefile makes the version exist
+            rel = path.relative_to(local_dir).as_posix()
+            storage.put_file(path, storage.join(target, rel), self.hdfs_ugi, token=self.token or "")
+        return target
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    token: str | None = None,
+    hdfs_ugi: str | None = None,
+    hdfs_address: str | None = None,
+) -> ModelStore:
+    """Open the model store at `url` (else $ELASTICCTR_MODEL_STORE).
+
+    `token` defaults to $ELASTICCTR_FILESERVER_TOKEN and `hdfs_ugi` to $HDFS_UGI; pass ""
+    to send none. `hdfs_address` completes an ``hdfs:///path`` URL.
+    """
+    url = (url or os.environ.get(ENV_MODEL_STORE) or "").strip()
+    if not url:
+        raise EctlError(
+            "no model store given",
+            hint=f"set global.modelStore (or {ENV_MODEL_STORE}) to a path, http(s):// or hdfs://",
+        )
+    if token is None:
+        token = os.environ.get(ENV_FILESERVER_TOKEN) or None
+    if hdfs_ugi is None:
+        hdfs_ugi = os.environ.get(ENV_HDFS_UGI) or None
+    return ModelStore(
+        _with_hdfs_address(url.rstrip("/") or url, hdfs_address),
+        token=token or None,
+        hdfs_ugi=hdfs_ugi or None,
+    )
