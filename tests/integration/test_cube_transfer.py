@@ -265,7 +265,9 @@ def test_transfer_reads_the_model_store_through_the_fileserver(env, tmp_path):
         args[args.index("--model-store") + 1] = f"http://127.0.0.1:{port}"
         # Reads are protected: without the token the store cannot be read.
         assert ENV_FILESERVER_TOKEN not in os.environ
-        with pytest.raises(EctlError, match="cannot list the model store"):
+        with pytest.raises(
+            EctlError, match=r"versions: the fileserver refused the request \(HTTP 401\)"
+        ):
             list_versions(f"http://127.0.0.1:{port}")
         assert f"published {V0}" in ectl("transfer", *args, "--once", env=with_token).stdout
     finally:
