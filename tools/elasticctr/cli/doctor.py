@@ -103,8 +103,10 @@ def _helm_check(helm: str | None) -> Check:
     return Check("helm", "ok", f"{version} ({binary})")
 
 
-def run_checks(target: Target, release: str) -> list[Check]:
-    """Every check, in order; needs-the-cluster checks are skipped when it is unreachable."""
+def run_checks(target: Target, release: str, values: dict | None = None) -> list[Check]:
+    """Every check, in order; needs-the-cluster checks are skipped when it is unreachable.
+    With `values` (effective values of `-f` files), also the Volcano queue and the
+    PriorityClasses the training job names."""
     checks = [_helm_check(target.helm)]
     try:
         common.require_kube_extra("kubernetes")
@@ -156,6 +158,9 @@ def run_checks(target: Target, release: str) -> list[Check]:
             _storage_class(api),
             _permissions(api, namespace),
         ]
+        if values is not None and (values.get("trainer") or {}).get("enabled"):
+            volcano = values["trainer"]["volcano"]
+            checks += [_volcano_queue(api, volcano), _priority_classes(api, volcano)]
     finally:
         api.close()
     return checks
@@ -302,6 +307,83 @@ def _volcano_preemption(api) -> Check:
     return Check(name, "ok", f"{where}: {', '.join(PREEMPTION_ACTIONS)} with the gang plugins")
 
 
+def _volcano_queue(api, volcano: dict) -> Check:
+    """The job's queue exists and is Open (the webhook admits Jobs only then), or, when the
+    chart is to create it, no queue of that name exists yet."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    name, create = volcano["queue"], volcano["createQueue"]["enabled"]
+    check = f"Volcano queue {name}"
+    try:
+        queue = client.CustomObjectsApi(api).get_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", name, _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            return Check(check, "fail", common.kube_error(exc, "read queue").message, _RBAC_FIX)
+        if create:
+            return Check(check, "ok", "absent; the chart creates it (trainer.volcano.createQueue)")
+        return Check(
+            check,
+            "fail",
+            f"no Volcano queue {name}: the job would be rejected",
+            "create it (a scheduling.volcano.sh/v1beta1 Queue), set "
+            "trainer.volcano.createQueue.enabled, or name an existing trainer.volcano.queue",
+        )
+    if create:
+        return Check(
+            check,
+            "fail",
+            f"queue {name} exists: the chart's createQueue hook would fail",
+            "set trainer.volcano.createQueue.enabled: false to use it, or name another queue",
+        )
+    state = (queue.get("status") or {}).get("state") or "unknown"
+    if state != "Open":
+        return Check(
+            check,
+            "fail",
+            f"queue {name} is {state}: Volcano admits jobs only into Open queues",
+            f"open it (vcctl queue operate -n {name} -a open) or name another queue",
+        )
+    return Check(check, "ok", "exists and is Open")
+
+
+def _priority_classes(api, volcano: dict) -> Check:
+    """The per-role PriorityClasses exist, or, when the chart is to create them, are free."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    classes = volcano["priorityClasses"]
+    names = [
+        n for n in (volcano["priorityClassName"], classes["guaranteed"], classes["trainer"]) if n
+    ]
+    created = {classes["guaranteed"], classes["trainer"]} if classes["create"] else set()
+    if not names:
+        return Check("PriorityClasses", "ok", "none named (the job's pods have no priority)")
+    scheduling = client.SchedulingV1Api(api)
+    problems, fixes = [], []
+    for name in dict.fromkeys(names):
+        try:
+            pc = scheduling.read_priority_class(name, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 404:
+                return Check(
+                    "PriorityClasses", "fail", common.kube_error(exc, "read").message, _RBAC_FIX
+                )
+            if name not in created:
+                problems.append(f"{name} does not exist")
+                fixes.append(f"create PriorityClass {name} or set priorityClasses.create")
+            continue
+        owner = (pc.metadata.annotations or {}).get("meta.helm.sh/release-name")
+        if name in created and not owner:
+            problems.append(f"{name} exists outside Helm")
+            fixes.append(f"set priorityClasses.create: false to use {name}, or rename")
+    if problems:
+        return Check("PriorityClasses", "fail", "; ".join(problems), "; ".join(fixes))
+    return Check("PriorityClasses", "ok", ", ".join(dict.fromkeys(names)))
+
+
 def _storage_class(api) -> Check:
     from kubernetes import client
 
@@ -375,6 +457,13 @@ _RBAC_FIX = "your user may lack read access to cluster-scoped objects; ask a clu
 
 
 def doctor(
+    values_files: list[Path] | None = typer.Option(
+        None,
+        "--values",
+        "-f",
+        help="Values file(s) to deploy: also check the Volcano queue and PriorityClasses "
+        "they name (repeatable, like helm -f).",
+    ),
     namespace: str | None = NAMESPACE_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
@@ -390,9 +479,22 @@ def doctor(
       ectl doctor
 
       ectl doctor --context staging -n ctr -o json
+
+      ectl doctor -f values/production.yaml
     """
+    values = None
+    if values_files:
+        from elasticctr import values as chart_values
+        from elasticctr.constants import chart_dir
+        from elasticctr.errors import ValidationError
+
+        user = chart_values.load_files(values_files)
+        problems = chart_values.validate(user, chart_dir())
+        if problems:
+            raise ValidationError("values are invalid (ectl validate -f ...)", problems)
+        values = chart_values.effective_values(user, chart_dir())
     target = Target(DEFAULT_RELEASE, namespace, kubeconfig, context, helm)
-    checks = run_checks(target, DEFAULT_RELEASE)
+    checks = run_checks(target, DEFAULT_RELEASE, values)
     ok = all(c.status in ("ok", "warn") for c in checks)
     if output is OutputFormat.json:
         common.print_json({"ok": ok, "checks": [asdict(c) for c in checks]})
