@@ -62,6 +62,10 @@ def _app(cube_root: Path, state_dir: Path):
     return CubeApp(state)
 
 
+def _bytes(body: bytes | list[bytes]) -> bytes:
+    return b"".join(body) if isinstance(body, list) else body
+
+
 def serve(kind: str, port: int, cube_root: Path, state_dir: Path) -> None:
     import uvloop
 
@@ -84,7 +88,7 @@ def serve(kind: str, port: int, cube_root: Path, state_dir: Path) -> None:
             body = await request.read()
             resp = app.lookup(Request("POST", "/v1/lookup", "", {}, body))
             return web.Response(
-                body=resp.body, status=resp.status, headers=resp.headers,
+                body=_bytes(resp.body), status=resp.status, headers=resp.headers,
                 content_type=resp.content_type,
             )  # fmt: skip
 
@@ -106,9 +110,10 @@ def serve(kind: str, port: int, cube_root: Path, state_dir: Path) -> None:
             resp = app.lookup(Request("POST", scope["path"], "", {}, b"".join(chunks)))
             headers = [(b"content-type", resp.content_type.encode())]
             headers += [(k.lower().encode(), v.encode()) for k, v in resp.headers.items()]
-            headers.append((b"content-length", str(len(resp.body)).encode()))
+            body = _bytes(resp.body)
+            headers.append((b"content-length", str(len(body)).encode()))
             await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-            await send({"type": "http.response.body", "body": resp.body})
+            await send({"type": "http.response.body", "body": body})
 
         uvicorn.run(
             asgi, host="127.0.0.1", port=port, loop="uvloop", http="httptools",

@@ -115,6 +115,15 @@ def test_slowloris_head_is_cut_off_at_the_header_timeout(svc):
     assert statuses(got) in ([], [408]), got[:200]
 
 
+def test_slowloris_behind_a_pipelined_request_is_cut_off_too(svc):
+    path = "/public.txt" if svc.name == "fileserver" else "/healthz"
+    with connect(svc.port) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\nGET {path} HTTP/1.1\r\n".encode())
+        raw, held = read_until_close(s, limit=10)
+    assert statuses(raw) in ([200], [200, 408]), raw[:300]
+    assert held < HEADER_TIMEOUT + 4, f"{svc.name} held a pipelined partial head {held:.1f}s"
+
+
 def test_idle_connections_are_closed(svc):
     with connect(svc.port) as s:  # never sends a byte
         _, waited = read_until_close(s, limit=10)
@@ -226,6 +235,17 @@ def test_fileserver_refuses_escapes(services, path):
     outside = svc.proc.log.parent / "outside"
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert (outside / "secret.txt").read_text() == "secret\n"
+
+
+def test_fileserver_does_not_act_on_a_head_cut_off_by_the_timeout(services):
+    svc = services["fileserver"]
+    victim = svc.proc.log.parent / "root" / "victim.txt"
+    victim.write_text("keep me\n")
+    with connect(svc.port) as s:
+        s.sendall(f"DELETE /victim.txt HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n".encode())
+        raw, _ = read_until_close(s, limit=10)  # never ends the head
+    assert statuses(raw) in ([], [408]), raw[:200]
+    assert victim.read_text() == "keep me\n"
 
 
 def test_fileserver_unauthorised_chunked_upload_keeps_the_connection_in_sync(services):

@@ -395,6 +395,8 @@ class HttpProtocol(asyncio.Protocol):
         while not self.busy and not self.closing:
             try:
                 if self.pending is None and not self._parse_head():
+                    if self.buf and not self.deadline:  # a pipelined request's partial head
+                        self.deadline = _now() + self.lim.header_timeout
                     return
                 req = self._body()
             except HttpError as exc:
@@ -594,17 +596,21 @@ class ThreadedServer(ThreadingHTTPServer):
         self.stats = HttpStats()
         self._lock = threading.Lock()
         self._deadlines: dict[socket.socket, float] = {}
+        self._fired: set[socket.socket] = set()
         self._stop = threading.Event()
         super().__init__(address, handler_class)
         self._watchdog = threading.Thread(target=self._watch, name="http-watchdog", daemon=True)
         self._watchdog.start()
 
-    def watch(self, sock: socket.socket, seconds: float | None) -> None:
+    def watch(self, sock: socket.socket, seconds: float | None) -> bool:
+        """Set (or with None clear) the deadline of `sock`; False when it already fired:
+        the head read since was cut short and must not be acted on."""
         with self._lock:
             if seconds is None:
                 self._deadlines.pop(sock, None)
             else:
                 self._deadlines[sock] = _now() + seconds
+            return sock not in self._fired
 
     def _watch(self) -> None:
         lim = self.limits
@@ -615,6 +621,7 @@ class ThreadedServer(ThreadingHTTPServer):
                 late = [s for s, d in self._deadlines.items() if now >= d]
                 for s in late:
                     del self._deadlines[s]
+                    self._fired.add(s)
             for sock in late:
                 self.stats.header_timeouts += 1
                 try:
@@ -660,6 +667,7 @@ class ThreadedServer(ThreadingHTTPServer):
             with self._lock:
                 self.stats.open -= 1
                 self._deadlines.pop(request, None)
+                self._fired.discard(request)
 
     def server_close(self):
         self._stop.set()
@@ -707,7 +715,9 @@ class HardenedHandler(BaseHTTPRequestHandler):
             self.body_read = False
             if not self.parse_request():
                 return
-            srv.watch(self.connection, None)
+            if not srv.watch(self.connection, None):  # the watchdog cut the head short
+                self.close_connection = True
+                return
             method = getattr(self, "do_" + self.command, None)
             if method is None:
                 self.send_json_error(501, "not_implemented", f"{self.command} not supported")
@@ -717,7 +727,8 @@ class HardenedHandler(BaseHTTPRequestHandler):
                 method()
             except HttpError as exc:
                 self.close_connection = True
-                self.send_json_error(exc.status, exc.code, exc.message)
+                if not getattr(self, "_headers_sent", False):
+                    self.send_json_error(exc.status, exc.code, exc.message)
             except (ConnectionError, TimeoutError):
                 self.close_connection = True
                 return
