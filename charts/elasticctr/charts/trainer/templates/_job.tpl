@@ -3,7 +3,10 @@
 {{- $v := .Values -}}
 schedulerName: {{ $v.volcano.schedulerName }}
 queue: {{ $v.volcano.queue }}
-{{- with $v.volcano.priorityClassName | default $v.volcano.priorityClasses.trainer }}
+{{- $pcs := $v.volcano.priorityClasses }}
+{{- /* Volcano gives pods without a class the job's: default the job to the trainers' class
+only when the coordinator and pservers have their own. */}}
+{{- with $v.volcano.priorityClassName | default (and $pcs.guaranteed $pcs.trainer) }}
 # The PodGroup's priority (between jobs): Volcano preempts this job's pods above its gang
 # minimum, lowest pod priority first (the trainers), for jobs of a higher one.
 priorityClassName: {{ . }}
