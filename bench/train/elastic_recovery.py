@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from elasticctr.train.elastic import ElasticJob
+from elasticctr.local.training import ElasticJob
 from elasticctr.versions import verify_version
 
 HOURS = ("20200401/00", "20200401/01")

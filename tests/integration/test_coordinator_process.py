@@ -10,9 +10,8 @@ import time
 import pytest
 
 from elasticctr.coordinator.client import CoordinatorClient
-from elasticctr.local import Component, Supervisor
-from elasticctr.local.supervisor import python_entry
 from elasticctr.net import free_port
+from elasticctr.supervisor import Component, Supervisor, python_entry
 
 pytestmark = pytest.mark.integration
 

@@ -95,7 +95,7 @@ def _done_log(job) -> dict:
 
 
 def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0, end=PARTITION):
-    from elasticctr.train.elastic import ElasticJob
+    from elasticctr.local.training import ElasticJob
 
     store = dataset["root"] / name
     job = ElasticJob(

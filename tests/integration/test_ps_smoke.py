@@ -21,8 +21,8 @@ import yaml
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
+from elasticctr.local.training import launch
 from elasticctr.train import registry
-from elasticctr.train.launcher import launch
 from elasticctr.versions import MANIFEST, sha256_file, verify_version
 
 pytestmark = pytest.mark.integration

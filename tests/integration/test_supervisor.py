@@ -10,8 +10,8 @@ import time
 import pytest
 
 from elasticctr.errors import EctlError
-from elasticctr.local import Component, RestartPolicy, Supervisor
 from elasticctr.net import free_port
+from elasticctr.supervisor import Component, RestartPolicy, Supervisor
 
 pytestmark = pytest.mark.integration
 PY = sys.executable
@@ -137,7 +137,7 @@ def test_components_die_with_a_sigkilled_supervisor(tmp_path):
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from elasticctr.local import Component, Supervisor\n"
+        "from elasticctr.supervisor import Component, Supervisor\n"
         f"sup = Supervisor(Path({str(tmp_path / 'logs')!r}))\n"
         "sup.start(Component('sleeper', [sys.executable, '-c', 'import time; time.sleep(300)']))\n"
         f"Path({str(pidfile)!r}).write_text(str(sup.pid('sleeper')))\n"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from elasticctr.train.launcher import launch
+from elasticctr.local.training import launch
 from elasticctr.train.roles import read_checkpoint
 from elasticctr.versions import verify_version
 

@@ -80,8 +80,8 @@ def train(
     if not local:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+    from elasticctr.local.training import launch
     from elasticctr.train import config
-    from elasticctr.train.launcher import launch
 
     path = _values_path(values)
     config.load(path)  # fail fast, before any process starts
@@ -117,10 +117,10 @@ def _train_elastic(
     timeout: float | None,
     quiet: bool,
 ) -> None:
-    from elasticctr.train.elastic import run_local
+    from elasticctr.local.training import run_elastic
 
     echo = (lambda _m: None) if quiet else typer.echo
-    summary = run_local(
+    summary = run_elastic(
         values, log_dir, pservers, trainers, checkpoint, resume=resume, timeout=timeout, echo=echo
     )
     typer.echo(f"{summary}; logs in {log_dir}")

@@ -2,8 +2,8 @@
 
 Owns: serving a directory tree over HTTP (GET/HEAD with ranges, HTML/JSON listings that
 fsspec's HTTP filesystem understands) and authenticated, atomic writes (PUT/POST/DELETE
-with a bearer token). Must not know what the files mean: model-store layout and
-verification belong to the training export and cube-transfer.
+with a bearer token). Must not know what the files mean: the model-store layout and its
+verification are `elasticctr.versions` and `elasticctr.modelstore`.
 """
 
 from elasticctr.fileserver.server import FileServer, serve

@@ -1,10 +1,9 @@
-"""local: run the system's entry points as processes on one machine.
+"""local: the whole system on one machine, as processes on loopback.
 
-Owns: starting, watching, restarting and stopping local processes (one log file per
-component), mirroring the restart policies Kubernetes/Volcano apply to the same parts.
-Must not know what a component does: callers describe components with `Component`.
+Owns: the local stack (fileserver, MLflow, cube shards and transfer, serving:
+`stack.py`), the quickstart (`quickstart.py`), the local deployment (`runner.py`) and
+local training jobs, static and elastic (`training.py`, behind `ectl train --local`).
+Process supervision itself is `elasticctr.supervisor` (neutral: it knows nothing of what
+a component does); the trainer runtime is `elasticctr.train`, which never imports this
+package.
 """
-
-from elasticctr.local.supervisor import Component, RestartPolicy, Supervisor
-
-__all__ = ["Component", "RestartPolicy", "Supervisor"]

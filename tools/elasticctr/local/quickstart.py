@@ -25,8 +25,8 @@ from elasticctr.data import storage
 from elasticctr.data.generate import GeneratorSpec, generate
 from elasticctr.errors import EctlError
 from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
-from elasticctr.local.supervisor import Supervisor
 from elasticctr.modelstore import open_store
+from elasticctr.supervisor import Supervisor
 
 
 @dataclass
@@ -171,7 +171,7 @@ def _generate(opts: QuickstartOptions, root: Path, console: Console):
 
 
 def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup) -> float:
-    from elasticctr.train.launcher import launch
+    from elasticctr.local.training import launch
 
     hours = opts.hours - 1
     started = time.monotonic()

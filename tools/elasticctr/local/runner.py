@@ -12,7 +12,7 @@ from rich.console import Console
 
 from elasticctr.errors import EctlError
 from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
-from elasticctr.local.supervisor import Supervisor
+from elasticctr.supervisor import Supervisor
 
 
 def _stop(*_args) -> None:
@@ -27,7 +27,7 @@ def run_local(
     shards: int,
     console: Console,
 ) -> None:
-    from elasticctr.train.elastic import run_local as train_elastic
+    from elasticctr.local.training import run_elastic as train_elastic
 
     data = (values.get("global") or {}).get("data") or {}
     if not data.get("path"):

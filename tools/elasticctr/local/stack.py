@@ -21,8 +21,8 @@ import yaml
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
-from elasticctr.local.supervisor import Component, RestartPolicy, Supervisor, python_entry
 from elasticctr.net import free_port
+from elasticctr.supervisor import Component, RestartPolicy, Supervisor, python_entry
 
 LOOPBACK = "127.0.0.1"
 STATE_FILE = "local.json"

@@ -1,4 +1,7 @@
-"""A small process supervisor for local mode and local training launches.
+"""A small process supervisor: local mode, local training jobs, tests.
+
+Neutral: it knows nothing of what a component does (callers describe components with
+`Component`) and imports no other part of elasticctr but errors and net.
 
 Each component runs in its own session (process group) so that stopping it also stops
 whatever it spawned; output goes to `<log_dir>/<name>.log`. Restart policies mirror the

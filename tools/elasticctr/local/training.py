@@ -1,0 +1,426 @@
+"""Local training jobs: P pservers and T trainers (and, elastic, a coordinator) as
+processes on loopback; `ectl train --local [--elastic]`, the quickstart and the local
+deployment use them.
+
+The processes are exactly what pods run (`ectl train pserver|trainer`, `ectl
+coordinator`), with the role environment of docs/training.md set here instead of by
+Volcano; `elasticctr.supervisor` runs them. The trainer runtime itself is
+`elasticctr.train` (this module only starts it).
+
+Static job (`launch`): logs go to `<log_dir>/<role>-<i>.log` and are echoed with a
+`[role-i]` prefix. If any role exits non-zero (or a pserver exits while trainers still
+need it) everything else is stopped and the launch fails naming the role and its log.
+When all trainers succeed the pservers are stopped (they serve until told otherwise,
+like in a Volcano job).
+
+Elastic job (`ElasticJob`, `run_elastic`): see the class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticctr import constants as C
+from elasticctr.coordinator.client import CoordinatorClient
+from elasticctr.coordinator.runtime import restart_from_checkpoint
+from elasticctr.errors import EctlError
+from elasticctr.net import free_port
+from elasticctr.supervisor import Component, RestartPolicy, Supervisor, python_entry
+from elasticctr.train import config
+from elasticctr.values import effective_values
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class LaunchResult:
+    log_dir: Path
+    exit_codes: dict[str, int]
+    seconds: float
+
+
+def role_components(
+    values: Path,
+    pservers: int,
+    trainers: int,
+    staging: Path,
+    extra_trainer_args: Sequence[str] = (),
+) -> list[Component]:
+    """The P + T components with their role environment (free loopback ports)."""
+    if pservers < 1 or trainers < 1:
+        raise EctlError("need at least one pserver and one trainer (-p/-t)")
+    ps_ports = [free_port(LOOPBACK) for _ in range(pservers)]
+    endpoints = ",".join(f"{LOOPBACK}:{p}" for p in ps_ports)
+    common = {
+        C.ENV_PSERVER_ENDPOINTS: endpoints,
+        C.ENV_TRAINERS_NUM: str(trainers),
+        C.ENV_GLOO_HTTP_ENDPOINT: f"{LOOPBACK}:{free_port(LOOPBACK)}",
+        C.ENV_POD_IP: LOOPBACK,
+        C.ENV_TRAIN_STAGING: str(staging),
+        C.ENV_PIR_API: "0",
+    }
+    comps = []
+    for i, port in enumerate(ps_ports):
+        env = {**common, C.ENV_TRAINING_ROLE: C.ROLE_PSERVER, C.ENV_PADDLE_PORT: str(port)}
+        argv = python_entry("train", "pserver", "-f", str(values))
+        comps.append(Component(f"pserver-{i}", argv, env, ready_port=(LOOPBACK, port)))
+    for i in range(trainers):
+        env = {
+            **common,
+            C.ENV_TRAINING_ROLE: C.ROLE_TRAINER,
+            C.ENV_TRAINER_ID: str(i),
+            C.ENV_PADDLE_PORT: str(free_port(LOOPBACK)),
+        }
+        argv = python_entry("train", "trainer", "-f", str(values), *extra_trainer_args)
+        comps.append(Component(f"trainer-{i}", argv, env))
+    return comps
+
+
+class _Tail:
+    """Echo new lines of each log with a [name] prefix."""
+
+    def __init__(self, echo: Callable[[str], None]):
+        self.echo = echo
+        self.offsets: dict[Path, int] = {}
+
+    def pump(self, logs: dict[str, Path]) -> None:
+        for name, path in logs.items():
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets.get(path, 0))
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            cut = data.rfind(b"\n") + 1
+            self.offsets[path] = self.offsets.get(path, 0) + cut
+            for line in data[:cut].decode(errors="replace").splitlines():
+                self.echo(f"[{name}] {line}")
+
+
+def launch(
+    values: Path,
+    *,
+    pservers: int,
+    trainers: int,
+    log_dir: Path,
+    extra_trainer_args: Sequence[str] = (),
+    timeout: float | None = None,
+    echo: Callable[[str], None] | None = None,
+    stream: bool = True,
+) -> LaunchResult:
+    """Run the job to completion; raise EctlError naming the failed role and its log."""
+    echo = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log_dir = Path(log_dir)
+    staging = log_dir / "staging"
+    comps = role_components(values, pservers, trainers, staging, extra_trainer_args)
+    start = time.monotonic()
+    tail = _Tail(echo if stream else (lambda _m: None))
+    with Supervisor(log_dir, grace=10.0, echo=echo) as sup:
+        for comp in comps:
+            sup.start(comp)
+        logs = {c.name: sup.log_path(c.name) for c in comps}
+        echo(f"started {pservers} pserver(s) and {trainers} trainer(s); logs in {log_dir}")
+        trainers_left = {c.name for c in comps if c.name.startswith("trainer-")}
+        try:
+            while trainers_left:
+                time.sleep(0.3)
+                tail.pump(logs)
+                for name, code in sup.poll():
+                    if code != 0 or name.startswith("pserver-"):
+                        tail.pump(logs)
+                        why = f"exited with code {code}" if code else "exited early"
+                        raise EctlError(
+                            f"{name} {why}; stopped the other roles",
+                            hint=f"see {logs[name]}",
+                        )
+                    trainers_left.discard(name)
+                    echo(f"{name} finished")
+                if timeout is not None and time.monotonic() - start > timeout:
+                    raise EctlError(
+                        f"training did not finish within {timeout:.0f}s; stopped all roles",
+                        hint=f"logs in {log_dir}",
+                    )
+        finally:
+            tail.pump(logs)
+        # All trainers succeeded: pservers have nothing left to serve.
+        for name in list(sup.running()):
+            sup.stop(name)
+        tail.pump(logs)
+        codes = dict(sup.finished)
+    return LaunchResult(log_dir, codes, time.monotonic() - start)
+
+
+# --- elastic job: coordinator + pservers + elastic trainers ---------------------------
+
+TRAINER_CAPACITY = 64
+"""Highest trainer id + 1 a local elastic job accepts (trainers may join later)."""
+
+
+class ElasticJob:
+    """`ectl coordinator` + P pservers + T elastic trainers as local processes.
+
+    Trainers may be killed or added while it runs (`kill`, `add_trainer`); the job is
+    done when the coordinator reports `finished` and every live trainer exited 0.
+    Restart policies (the chart's Volcano policies, docs/coordinator.md):
+    - a trainer that dies is not replaced: its lease expires and another trainer
+      retrains that one task;
+    - the coordinator alone restarts on failure (its progress file is durable and the
+      pservers still hold everything it records);
+    - a pserver exit restarts the whole job from the last checkpoint (up to
+      `max_restarts` times): every role is stopped, the coordinator's progress is reset
+      to the checkpoint's, and one trainer loads the checkpoint into the new pservers.
+    Use as a context manager: every process is stopped on exit.
+    """
+
+    def __init__(
+        self,
+        values: Path,
+        log_dir: Path,
+        *,
+        pservers: int = 1,
+        trainers: int = 2,
+        lease_seconds: float = 10.0,
+        task_mb: float = 0.25,
+        state_url: str | None = None,
+        checkpoint_dir: Path | None = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
+        max_restarts: int = 3,
+        report_every: float | None = None,
+        extra_trainer_args: tuple[str, ...] = (),
+        echo=None,
+    ):
+        self.log_dir = Path(log_dir)
+        self.port = free_port(LOOPBACK)
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        state = state_url or (self.log_dir / "coordinator.json").resolve().as_uri()
+        self.state_url = state
+        self.checkpoint_dir = Path(checkpoint_dir or self.log_dir / "checkpoint").resolve()
+        self.max_restarts = max_restarts
+        self.resume = resume
+        self.report_every = report_every
+        self.restarts: list[dict] = []  # {"reason", "stopped_at", "started_at"} per restart
+        self.echo = echo or (lambda _msg: None)
+        comps = role_components(
+            Path(values),
+            pservers,
+            trainers,
+            self.log_dir / "staging",
+            ("--coordinator", self.url, *extra_trainer_args),
+        )
+        self._trainer_template = next(c for c in comps if c.name.startswith("trainer-"))
+        self._trainer_template = dataclasses.replace(
+            self._trainer_template,
+            env={
+                **self._trainer_template.env,
+                C.ENV_TRAIN_ELASTIC: "1",
+                C.ENV_TRAIN_CHECKPOINT: str(self.checkpoint_dir),
+            },
+        )
+        self.sup = Supervisor(self.log_dir, grace=10.0, echo=echo)
+        coord_argv = python_entry(
+            "coordinator", "-f", str(values), "--port", str(self.port),
+            "--state-url", state, "--lease-seconds", str(lease_seconds),
+            "--task-mb", str(task_mb), "--poll-seconds", "0.5",
+            "--checkpoint-every", str(checkpoint_every),
+        )  # fmt: skip
+        self.components = [
+            Component(
+                "coordinator",
+                coord_argv,
+                {},
+                ready_port=(LOOPBACK, self.port),
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        ]
+        for comp in comps:
+            env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
+            if comp.name.startswith("trainer-"):
+                env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
+                env[C.ENV_TRAIN_CHECKPOINT] = str(self.checkpoint_dir)
+            self.components.append(dataclasses.replace(comp, env=env))
+        self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
+        self.killed: set[str] = set()
+        self._by_name = {c.name: c for c in self.components}
+
+    def __enter__(self) -> ElasticJob:
+        current = self.checkpoint_dir / "ps"
+        if not self.resume and current.exists():
+            # A fresh job must never restart from another job's checkpoint: keep the old
+            # one aside (one generation) instead of deleting it.
+            previous = self.checkpoint_dir / "ps.previous-job"
+            shutil.rmtree(previous, ignore_errors=True)
+            current.rename(previous)
+            self.echo(f"kept the previous job's checkpoint as {previous}")
+        # The job starts as a restart from the checkpoint would (none when fresh).
+        self.echo(restart_from_checkpoint(self.checkpoint_dir.as_uri(), self.state_url)["message"])
+        self.sup.__enter__()
+        for comp in self.components:
+            self.sup.start(comp)
+            if comp.name == "coordinator":
+                self.sup.wait_ready("coordinator", timeout=60)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sup.__exit__(*exc)
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.url, "observer", retry_seconds=60)
+
+    def add_trainer(self, index: int) -> str:
+        name = f"trainer-{index}"
+        env = {
+            **self._trainer_template.env,
+            C.ENV_TRAINER_ID: str(index),
+            C.ENV_TRAINERS_NUM: str(TRAINER_CAPACITY),
+            C.ENV_PADDLE_PORT: str(free_port(LOOPBACK)),
+        }
+        comp = dataclasses.replace(self._trainer_template, name=name, env=env)
+        self._by_name[name] = comp
+        self.sup.start(comp)
+        self.trainers.add(name)
+        return name
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        if name.startswith("trainer-"):
+            self.killed.add(name)
+        self.sup.kill(name, sig)
+
+    def wait(self, timeout: float, on_tick=None) -> dict[str, int]:
+        """Until every trainer exited; raise EctlError on a failure or the timeout.
+        `on_tick()` runs every round (~0.3 s), e.g. to watch progress while the job
+        restarts roles (which happens only inside this loop)."""
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int] = {}
+        while self.trainers - set(codes) - self.killed:
+            for name, code in self.sup.poll():
+                if name.startswith("pserver-"):
+                    self._restart_job(f"{name} exited with code {code}")
+                    codes.clear()
+                    break
+                codes[name] = code
+                if name in self.killed:
+                    continue
+                if code != 0 or not name.startswith("trainer-"):
+                    tail = self.sup.log_tail(name)
+                    raise EctlError(
+                        f"{name} exited with code {code}; its log ends:\n{tail}",
+                        hint=f"see {self.sup.log_path(name)}",
+                    )
+            self._note_resumed()
+            self._report()
+            if on_tick is not None:
+                on_tick()
+            if time.monotonic() > deadline:
+                raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
+            time.sleep(0.3)
+        return codes
+
+    def _report(self) -> None:
+        """Every `report_every` seconds, one line of the coordinator's progress."""
+        now = time.monotonic()
+        if self.report_every is None or now - getattr(self, "_reported", 0.0) < self.report_every:
+            return
+        self._reported = now
+        try:
+            p = self.client().progress()
+        except Exception:  # the coordinator is (re)starting
+            return
+        rate = sum(t["samples_per_s"] for t in p["trainers"].values())
+        exported = sum(1 for part in p["partitions"] if part["exported"])
+        self.echo(
+            f"tasks done {p['tasks_done']}, leased {p['tasks_leased']}, pending "
+            f"{p['tasks_pending']} (retried {p['tasks_retried']}); {p['samples']} samples, "
+            f"{rate:.0f}/s over {len(p['trainers'])} trainer(s); "
+            f"{exported}/{len(p['partitions'])} hour(s) exported"
+        )
+
+    def _note_resumed(self) -> None:
+        """After a restart: when the first task is done again (recovery time)."""
+        last = self.restarts[-1] if self.restarts else None
+        if last is None or "resumed_at" in last:
+            return
+        try:
+            done = self.client().progress()["tasks_done"]
+        except Exception:  # the coordinator is starting: ask again next round
+            return
+        if done > last["tasks_done"]:
+            last["resumed_at"] = time.monotonic()
+            self.echo(f"training resumed {last['resumed_at'] - last['stopped_at']:.1f}s after")
+
+    def _restart_job(self, reason: str) -> None:
+        """Volcano's RestartJob, locally: stop every role, reset the coordinator's
+        progress to the checkpoint's, start everything again."""
+        if len(self.restarts) >= self.max_restarts:
+            raise EctlError(
+                f"{reason}; the job was already restarted {len(self.restarts)} times",
+                hint=f"logs in {self.log_dir}",
+            )
+        stopped_at = time.monotonic()
+        alive = sorted(self.trainers - self.killed)
+        self.echo(f"{reason}: restarting the job from the checkpoint in {self.checkpoint_dir}")
+        for name in list(self.sup.running()):
+            self.sup.kill(name, signal.SIGKILL)
+            self.sup.stop(name)
+        restart = restart_from_checkpoint(self.checkpoint_dir.as_uri(), self.state_url)
+        self.echo(restart["message"])
+        self.restarts.append({"reason": reason, "stopped_at": stopped_at, **restart})
+        self.trainers = set(alive)
+        for comp in self.components:
+            if comp.name.startswith("trainer-") and comp.name not in alive:
+                continue
+            self.sup.start(comp)
+            if comp.name == "coordinator":
+                self.sup.wait_ready("coordinator", timeout=60)
+        for name in alive:
+            if not any(c.name == name for c in self.components):
+                self.sup.start(self._by_name[name])
+        self.restarts[-1]["started_at"] = time.monotonic()
+
+
+def run_elastic(
+    values: Path,
+    log_dir: Path,
+    pservers: int,
+    trainers: int,
+    checkpoint_dir: Path,
+    *,
+    resume: bool = False,
+    timeout: float | None = None,
+    echo=None,
+) -> str:
+    """`ectl train --local --elastic` and the local deployment's training: an ElasticJob
+    with the values' `trainer.coordinator` settings (chart defaults otherwise), until it
+    finishes; returns a one-line summary. Raises EctlError when the job fails."""
+    coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
+    echo = echo or (lambda _m: None)
+    t0 = time.monotonic()
+    job = ElasticJob(
+        Path(values).resolve(),
+        log_dir,
+        pservers=pservers,
+        trainers=trainers,
+        lease_seconds=float(coord["leaseSeconds"]),
+        task_mb=float(coord["taskMiB"]),
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=int(coord["checkpointEvery"]),
+        resume=resume,
+        report_every=10.0,
+        echo=echo,
+    )
+    echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
+    with job:
+        job.wait(timeout if timeout is not None else float("inf"))
+        progress = job.client().progress()
+    return (
+        f"training finished in {time.monotonic() - t0:.0f}s: {progress['tasks_done']} tasks, "
+        f"{progress['samples']} samples, {progress['tasks_retried']} retried, "
+        f"{len(job.restarts)} job restart(s)"
+    )
