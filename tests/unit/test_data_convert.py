@@ -180,4 +180,62 @@ def test_cli_convert_partition_and_reuse_spec(tmp_path):
             str(root / "features.json"),
         ],
     )
-    assert wrong.exit_code != 0 and "fitted on --from criteo" in str(wrong.exception)
+    # a TSV read as CSV has no usable header: refused naming what the spec needs
+    assert isinstance(wrong.exception, ValidationError) and wrong.exception.exit_code == 2
+    assert "the header lacks 40 column(s) of the feature spec: label, I1" in str(wrong.exception)
+
+
+def _kaggle_csv(tmp_path, rows: int = 300):
+    """Kaggle's CSV layout of the same Criteo rows: `Id,Label,I1..I13,C1..C26`."""
+    src = shared_path("data", "criteo", "kaggle_train_first10001.tsv")
+    raw = src.read_text().splitlines()[:rows]
+    header = ["Id", "Label", *[f"I{i}" for i in range(1, 14)], *[f"C{i}" for i in range(1, 27)]]
+    out = tmp_path / "train.csv"
+    body = [",".join([str(10_000_000 + n), *line.split("\t")]) for n, line in enumerate(raw)]
+    out.write_text("\n".join([",".join(header), *body]) + "\n")
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("\n".join(raw) + "\n")
+    return out, tsv
+
+
+def test_criteo_reads_the_kaggle_csv_layout_with_a_header(tmp_path):
+    csv_file, tsv_file = _kaggle_csv(tmp_path)
+    runner = CliRunner()
+    for name, src in (("tsv", tsv_file), ("csv", csv_file)):
+        run = runner.invoke(
+            app,
+            ["data", "convert", str(src), "--from", "criteo", "--out", str(tmp_path / name)]
+            + ["--hour", "20200401/00", "--buckets", "8"],
+        )
+        assert run.exit_code == 0, run.output
+        assert "300 lines" in run.output.replace(",", ""), run.output
+    part = "20200401/00/part-00000"
+    # the same rows in either layout give the same spec and the same lines (Id ignored)
+    assert (tmp_path / "csv" / part).read_text() == (tmp_path / "tsv" / part).read_text()
+    assert (
+        read_spec(str(tmp_path / "csv" / "features.json")).columns
+        == read_spec(str(tmp_path / "tsv" / "features.json")).columns
+    )
+
+
+def test_csv_with_a_criteo_fitted_spec(tmp_path):
+    runner = CliRunner()
+    tsv = shared_path("data", "criteo", "kaggle_train_first10001.tsv")
+    fitted = runner.invoke(
+        app, ["data", "convert", str(tsv), "--from", "criteo", "--out", str(tmp_path / "a")]
+        + ["--hour", "20200401/00"],
+    )  # fmt: skip
+    assert fitted.exit_code == 0, fitted.output
+    spec_file = tmp_path / "a" / "features.json"
+    sample = shared_path("data", "criteo", "deepctr_criteo_sample.csv")  # label,I1..,C26
+    run = runner.invoke(
+        app, ["data", "convert", str(sample), "--from", "csv", "--out", str(tmp_path / "b")]
+        + ["--hour", "20200401/01", "--spec-in", str(spec_file)],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    spec = read_spec(str(spec_file))
+    rows = sample.read_text().splitlines()
+    lines = (tmp_path / "b" / "20200401" / "01" / "part-00000").read_text().splitlines()
+    assert len(lines) == 200
+    fields = rows[1].split(",")
+    assert lines[0] == format_line(int(fields[0]), spec.transform(fields))

@@ -180,3 +180,35 @@ def test_follow_bounded_range_and_skip_missing(tmp_path):
     timer.start()
     seen.extend(p.id for p in gen)
     assert seen == ["20200401/00"]
+
+
+def test_gzip_without_suffix_is_detected_by_its_magic_bytes(tmp_path, fileserver):
+    """A gzip `part-00000` (no .gz) is read as text by profile and training, locally and
+    over HTTP; a byte range of it (an elastic task) is refused with the fix."""
+    import gzip
+
+    from elasticctr.data.profile import profile
+    from elasticctr.errors import ValidationError
+
+    lines = b"".join(b"1 0 %d:0 %d:1\n" % (i + 1, i + 100) for i in range(500))
+    packed = gzip.compress(lines)
+    local = tmp_path / "part-00000"
+    local.write_bytes(packed)
+    url, root = fileserver
+    (root / "part-00000").write_bytes(packed)
+    for source in (str(local), f"{url}/part-00000"):
+        with storage.open_input(source) as fh:
+            assert fh.read() == lines and fh.ectl_compression == "gzip" and fh.ectl_sniffed
+        batch, stats = read_file(source, [0, 1], max_error_rate=0.0)
+        assert len(batch) == 500 and stats.malformed == 0
+    prof = profile([str(local)])
+    assert prof.stats.lines == 500 and prof.stats.malformed == 0
+    with pytest.raises(ValidationError, match="gzip file without a .gz suffix") as err:
+        read_file(str(local), [0, 1], start=0, end=len(packed) // 2)
+    assert "*.gz" in str(err.value)
+    # the whole file as one task is fine; plain text is untouched
+    batch, _ = read_file(str(local), [0, 1], start=0, end=len(packed))
+    assert len(batch) == 500
+    (tmp_path / "plain").write_bytes(lines)
+    with storage.open_input(str(tmp_path / "plain")) as fh:
+        assert fh.read() == lines and fh.ectl_compression is None

@@ -360,3 +360,102 @@ def test_validate_with_set_overrides(tmp_path, ectl_here):
     assert proc.returncode == 2
     assert "cube.shards: [1] is not of type 'integer'" in proc.stderr
     assert "trainer.pserver.replicas: 0 is less than the minimum of 1" in proc.stderr
+
+
+# --- findings of a new user's first session (issue 17) ---------------------------------
+
+ELASTICCTR_TEMPLATE = """\
+export HDFS_ADDRESS="hdfs://${IP}:9000"
+export HDFS_UGI="root,i_am_a_password"
+export START_DATE_HR=20200401/00
+export END_DATE_HR=20200401/03
+export DATASET_PATH="/train_data"
+export SPARSE_DIM="1000001"
+"""
+"""ElasticCTR's data.config as shipped: HDFS_ADDRESS uses ${IP}, which nobody defines."""
+
+
+@pytest.mark.fast
+def test_init_hd_fills_the_undefined_ip_of_the_data_config_template(
+    tmp_path, ectl_here, monkeypatch
+):
+    monkeypatch.delenv("IP", raising=False)
+    config = tmp_path / "data.config"
+    config.write_text(ELASTICCTR_TEMPLATE)
+    out = tmp_path / "values.yaml"
+    proc = ectl_here("init", "-f", str(config), "-hd", "hdfs://10.0.0.7:9000", "-O", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = load(out)["global"]["data"]
+    assert data["hdfsAddress"] == "hdfs://10.0.0.7:9000"
+    assert data["path"] == "hdfs://10.0.0.7:9000/train_data"
+    # without -hd the undefined variable is an error that says how to fix it
+    proc = ectl_here("init", "-f", str(config), "-O", str(tmp_path / "other.yaml"))
+    assert proc.returncode == 2
+    assert "$IP is not defined" in proc.stderr and "-hd/--hdfs_address" in proc.stderr
+    assert not (tmp_path / "other.yaml").exists()
+
+
+@pytest.mark.fast
+def test_init_without_options_or_terminal_writes_nothing(tmp_path):
+    out = tmp_path / "values.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "elasticctr.cli.main", "init", "-O", str(out)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "nothing to write" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+    # --no-interactive without options: the same, not an empty file
+    proc = subprocess.run(
+        [sys.executable, "-m", "elasticctr.cli.main", "init", "--no-interactive", "-O", str(out)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "nothing to write" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.fast
+def test_init_file_with_the_hdfs_password_is_owner_only(tmp_path, ectl_here):
+    old = os.umask(0o022)
+    try:
+        secret = tmp_path / "secret.yaml"
+        assert ectl_here("init", "-f", str(DATA_CONFIG), "-O", str(secret)).returncode == 0
+        assert load(secret)["global"]["data"]["hdfsUgi"] == "root,i_am_a_password"
+        assert secret.stat().st_mode & 0o777 == 0o600
+        plain = tmp_path / "plain.yaml"
+        assert ectl_here("init", "-t", "2", "-O", str(plain)).returncode == 0
+        assert plain.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.fast
+def test_validate_rejects_impossible_hours(tmp_path, ectl_here):
+    bad = tmp_path / "dates.yaml"
+    bad.write_text(
+        'global:\n  data:\n    startDateHour: "20200231/25"\n    endDateHour: "20200401/24"\n'
+    )
+    proc = ectl_here("validate", str(bad))
+    assert proc.returncode == 2, proc.stderr
+    text = flat(proc.stderr)
+    assert "global.data.startDateHour: 20200231/25 is not a real hour" in text
+    assert "global.data.endDateHour: 20200401/24 is not a real hour (hour 24" in text
+    good = tmp_path / "ok.yaml"
+    good.write_text('global:\n  data:\n    startDateHour: "20200229/23"\n')
+    assert ectl_here("validate", str(good)).returncode == 0
+
+
+@pytest.mark.fast
+def test_validate_non_utf8_values_file_is_a_clear_error(tmp_path, ectl_here):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"global:\n  data:\n    path: /donn\xe9es\n")
+    proc = ectl_here("validate", str(latin1))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{latin1}:3:16: not valid YAML (byte 0xe9 is not UTF-8 text" in flat(proc.stderr)
+    assert "internal error" not in proc.stderr
+    # the roles read values files with the same reader
+    from elasticctr.errors import ValidationError
+    from elasticctr.train.config import load_values
+
+    with pytest.raises(ValidationError, match="not UTF-8"):
+        load_values(latin1)

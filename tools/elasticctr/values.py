@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 
 from elasticctr.constants import chart_dir
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.versions import parse_date_hour
 from elasticctr.zoo import COMMON_DEFAULTS, DEFAULTS
 
 Values = dict[str, Any]
@@ -47,11 +49,26 @@ class Umbrella:
     subcharts: list[Chart] = field(default_factory=list)
 
 
-def _read_yaml_mapping(path: Path, what: str) -> Values:
+def read_yaml_mapping(path: Path, what: str = "values file") -> Values:
+    """A YAML file whose top level is a mapping (empty file = {}).
+
+    Unreadable: EctlError (exit 1). Not UTF-8, not YAML or not a mapping:
+    ValidationError (exit 2) naming the file, line and column where known.
+    """
+    path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise EctlError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValidationError(
+            f"{path}:{line}:{column}: not valid YAML (byte 0x{raw[exc.start]:02x} is not "
+            "UTF-8 text; save the file as UTF-8)"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -67,9 +84,9 @@ def _read_yaml_mapping(path: Path, what: str) -> Values:
 
 
 def _load_chart(path: Path, condition: str | None = None) -> Chart:
-    meta = _read_yaml_mapping(path / "Chart.yaml", "Chart.yaml")
+    meta = read_yaml_mapping(path / "Chart.yaml", "Chart.yaml")
     values_file = path / "values.yaml"
-    defaults = _read_yaml_mapping(values_file, "values file") if values_file.exists() else {}
+    defaults = read_yaml_mapping(values_file, "values file") if values_file.exists() else {}
     schema_file = path / "values.schema.json"
     schema = None
     if schema_file.exists():
@@ -86,7 +103,7 @@ def load_chart(chart: Path | None = None) -> Umbrella:
     if not (root / "Chart.yaml").is_file():
         raise EctlError(f"no chart at {root}", hint="set ELASTICCTR_CHART_DIR to charts/elasticctr")
     umbrella = _load_chart(root)
-    meta = _read_yaml_mapping(root / "Chart.yaml", "Chart.yaml")
+    meta = read_yaml_mapping(root / "Chart.yaml", "Chart.yaml")
     subcharts = []
     for dep in meta.get("dependencies") or []:
         sub_path = root / "charts" / dep["name"]
@@ -460,6 +477,25 @@ def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
                 if line not in problems:
                     problems.append(line)
     problems += [p for p in cross_field_problems(values) if p not in problems]
+    problems += [p for p in semantic_problems(values) if p not in problems]
+    return problems
+
+
+def semantic_problems(values: Values) -> list[str]:
+    """Rules a schema pattern cannot state: the hours in global.data must be real
+    (`20200231/25` matches `^[0-9]{8}/[0-9]{2}$` but is no date). Values whose format is
+    already wrong are left to the schema's message."""
+    problems = []
+    data = _dig(values, "global.data", {})
+    for key in ("startDateHour", "endDateHour"):
+        value = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(value, str) or not re.fullmatch(r"\d{8}/\d{2}", value):
+            continue
+        try:
+            parse_date_hour(value)
+        except ValueError as exc:
+            reason = str(exc).removeprefix(f"{value!r}: ")
+            problems.append(f"global.data.{key}: {value} is not a real hour ({reason})")
     return problems
 
 
@@ -467,7 +503,7 @@ def load_files(files: list[Path]) -> Values:
     """Merge user values files like `helm -f a -f b` (later files win)."""
     merged: Values = {}
     for path in files:
-        merged = merge(merged, _read_yaml_mapping(Path(path), "values file"), drop_nulls=False)
+        merged = merge(merged, read_yaml_mapping(Path(path), "values file"), drop_nulls=False)
     return merged
 
 

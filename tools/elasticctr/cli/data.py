@@ -340,11 +340,10 @@ def convert_cmd(
         folder, data_url, root = None, out, _parent(out)
     with _progress() as progress:
         if spec_in:
+            # A spec fitted on another layout (e.g. Criteo TSV, then a CSV with a header)
+            # is fine: rows are matched to the spec's columns by name, and a file that
+            # lacks one of them is refused naming it.
             spec = read_spec(spec_in, hdfs_ugi)
-            if spec.input.get("kind") != kind:
-                raise ValidationError(
-                    f"{spec_in} was fitted on --from {spec.input.get('kind')}, not {kind}"
-                )
         else:
             task = progress.add_task("fitting", total=None, rate="")
             spec = fit(

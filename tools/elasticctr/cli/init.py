@@ -106,29 +106,40 @@ def build_values(
             slots = parse_slot_conf(_read(slot_conf, "slot.conf"), source=str(slot_conf))
         except ValidationError as exc:
             problems += exc.problems or [exc.message]
+    address = None
+    if hdfs_address:
+        from elasticctr.data.config import normalize_hdfs_address
+
+        try:
+            address = normalize_hdfs_address(hdfs_address)
+        except ValueError as exc:
+            raise ValidationError(f"-hd/--hdfs_address: {exc}") from exc
     data: dict[str, Any] = {}
     if data_config is not None:
         try:
-            cfg = parse_data_config(_read(data_config, "data.config"), source=str(data_config))
+            # -hd replaces data.config's HDFS_ADDRESS line (often `hdfs://${IP}:9000` with
+            # IP undefined), and the dataset URL is built with it.
+            cfg = parse_data_config(
+                _read(data_config, "data.config"),
+                source=str(data_config),
+                overrides={"HDFS_ADDRESS": address} if address else None,
+            )
             data = cfg.to_values(slots)
         except ValidationError as exc:
-            problems += exc.problems or [exc.message]
+            found = exc.problems or [exc.message]
+            if not address and any("HDFS_ADDRESS" in p or "not defined" in p for p in found):
+                found.append("hint: -hd/--hdfs_address hdfs://HOST:PORT replaces HDFS_ADDRESS")
+            problems += found
     elif slots is not None:
         data = {"slots": slots}
     if problems:
         raise ValidationError(
             f"cannot use the ElasticCTR inputs: {len(problems)} problem(s)", problems=problems
         )
-    if hdfs_address:
-        from elasticctr.data.config import normalize_hdfs_address
-
-        try:
-            data["hdfsAddress"] = normalize_hdfs_address(hdfs_address)
-        except ValueError as exc:
-            raise ValidationError(f"-hd/--hdfs_address: {exc}") from exc
+    if address:
+        data["hdfsAddress"] = address
         if data_config is not None:
-            # -hd overrides data.config's HDFS_ADDRESS, so rebuild the dataset URL with it.
-            data["path"] = dataset_url(cfg.dataset_path, data["hdfsAddress"])
+            data["path"] = dataset_url(cfg.dataset_path, address)
 
     values: dict[str, Any] = {}
     if data:
@@ -284,7 +295,14 @@ def init(
     if interactive is None:
         interactive = not values and sys.stdin.isatty()
     if interactive:
-        values = _ask(values)
+        values = _ask(values)  # answers may come from a pipe too (explicit --interactive)
+    if not values:
+        raise EctlError(
+            "nothing to write: no options given and no terminal to ask questions on",
+            hint="give ElasticCTR's flags (e.g. ectl init -f data.config -s slot.conf) or run "
+            "it on a terminal; the chart's defaults need no values file at all",
+            exit_code=2,
+        )
     _check(values)
     command = (
         "ectl init " + " ".join(shlex.quote(a) for a in sys.argv[2:])
@@ -296,16 +314,24 @@ def init(
         f"# Written by: {command}\n"
         "# Check with `ectl validate`, deploy with `ectl install -f` or run locally.\n"
     )
-    body = yaml.dump(values, Dumper=_Dumper, sort_keys=False) if values else "{}\n"
+    body = yaml.dump(values, Dumper=_Dumper, sort_keys=False)
+    secret = bool(values.get("global", {}).get("data", {}).get("hdfsUgi"))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(header + body)
+    # A file holding the HDFS password is created owner-only (0600) before any byte of it
+    # is written; others get the usual mode (0666 minus the umask).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o666)
+    if secret:
+        os.fchmod(fd, 0o600)  # an old .tmp file keeps its mode otherwise
+    with os.fdopen(fd, "w") as fh:
+        fh.write(header + body)
     tmp.replace(out)
     console.print(f"[green]wrote[/green] {out}")
-    if values.get("global", {}).get("data", {}).get("hdfsUgi"):
+    if secret:
         console.print(
-            "[yellow]note:[/yellow] it holds HDFS_UGI (a password) from data.config; keep the "
-            "file private, or use trainer.hdfs.existingSecret and drop global.data.hdfsUgi"
+            "[yellow]note:[/yellow] it holds HDFS_UGI (a password) from data.config, so it is "
+            "readable by you only (0600); or use trainer.hdfs.existingSecret and drop "
+            "global.data.hdfsUgi"
         )
     console.print(f"next: ectl validate {out} && ectl install -f {out}")
 

@@ -137,10 +137,19 @@ def _shell_value(raw: str, env: dict[str, str], where: str, problems: list[str])
     return words[0] if words else ""
 
 
-def parse_data_config(text: str, source: str = "data.config") -> DataConfig:
-    """Parse data.config text; raises ValidationError listing every bad line."""
+def parse_data_config(
+    text: str, source: str = "data.config", overrides: dict[str, str] | None = None
+) -> DataConfig:
+    """Parse data.config text; raises ValidationError listing every bad line.
+
+    `overrides` replace keys before their lines are read (`ectl init -hd` gives
+    HDFS_ADDRESS): such a line is not expanded, so ElasticCTR's template
+    `HDFS_ADDRESS="hdfs://${IP}:9000"` with IP undefined is fine, and later lines that
+    use `$HDFS_ADDRESS` see the override.
+    """
     problems: list[str] = []
-    values: dict[str, str] = {}
+    overrides = dict(overrides or {})
+    values: dict[str, str] = dict(overrides)
     lines_of: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
@@ -152,6 +161,9 @@ def parse_data_config(text: str, source: str = "data.config") -> DataConfig:
             problems.append(f"{where}: expected KEY=VALUE (optionally after `export`): {line!r}")
             continue
         key, raw = match.groups()
+        if key in overrides:
+            lines_of[key] = number
+            continue
         value = _shell_value(raw, values, where, problems)
         if value is None:
             continue

@@ -66,24 +66,100 @@ class ConvertOptions:
             raise ValidationError("a CSV without header needs --columns name1,name2,...")
 
 
-def _rows(url: str, opts: ConvertOptions, ncols: int | None, hdfs_ugi: str | None):
-    """(line number, fields or None, error) per data row; fields padded to ncols."""
+def _lines(url: str, hdfs_ugi: str | None) -> Iterator[tuple[int, str]]:
+    """(line number, text without the line end) of every line."""
     with storage.open_input(url, hdfs_ugi) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
-        if opts.kind == "criteo":
-            for number, line in enumerate(text, start=1):
-                line = line.rstrip("\r\n")
-                if not line:
-                    continue
-                fields = line.split("\t")
-                yield number, fields, None
+        for number, line in enumerate(text, start=1):
+            yield number, line.rstrip("\r\n")
+
+
+def _split_rows(url: str, delimiter: str, hdfs_ugi: str | None):
+    """(line number, fields) per non-empty row; CSV quoting unless tab-separated."""
+    if delimiter == "\t":
+        for number, line in _lines(url, hdfs_ugi):
+            if line:
+                yield number, line.split("\t")
+        return
+    with storage.open_input(url, hdfs_ugi) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        reader = csv.reader(text, delimiter=delimiter)
+        for fields in reader:
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue
+            yield reader.line_num, fields
+
+
+def _first_line(url: str, hdfs_ugi: str | None) -> str | None:
+    for _, line in _lines(url, hdfs_ugi):
+        if line.strip():
+            return line
+    return None
+
+
+def _normalize(name: str) -> str:
+    """Header names of the Criteo layouts: `Label`/`label` -> label, `i1` -> I1."""
+    name = name.strip().strip('"')
+    if name.lower() == "label":
+        return "label"
+    if len(name) > 1 and name[0] in "iIcC" and name[1:].isdigit():
+        return name[0].upper() + name[1:]
+    return name
+
+
+@dataclass
+class _Layout:
+    """How one file's rows map onto the spec's columns."""
+
+    delimiter: str
+    header: bool
+    positions: list[int] | None  # spec column i is field positions[i]; None = same order
+    width: int  # fields a row may have
+
+
+def _positions(url: str, names: list[str], columns: list[str]) -> list[int] | None:
+    if names == columns:
+        return None
+    exact = {n: i for i, n in enumerate(names)}
+    loose = {_normalize(n).lower(): i for i, n in enumerate(names)}
+    out, missing = [], []
+    for c in columns:
+        i = exact.get(c, loose.get(_normalize(c).lower()))
+        if i is None:
+            missing.append(c)
         else:
-            reader = csv.reader(text, delimiter=opts.delimiter or ",")
-            for fields in reader:
-                number = reader.line_num
-                if not fields or (len(fields) == 1 and not fields[0].strip()):
-                    continue
-                yield number, fields, None
+            out.append(i)
+    if missing:
+        raise ValidationError(
+            f"{url}: the header lacks {len(missing)} column(s) of the feature spec: "
+            + ", ".join(missing[:8])
+            + (" ..." if len(missing) > 8 else ""),
+            hint=f"the header has: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}",
+        )
+    return out
+
+
+def _layout(url: str, opts: ConvertOptions, columns: list[str], hdfs_ugi) -> _Layout:
+    """Criteo: the raw Kaggle TSV (label first, no header) or a table with a header naming
+    Label, I1..I13, C1..C26 (e.g. Kaggle's `Id,Label,I1,...` CSV; other columns such as Id
+    are ignored), told apart by the first line. CSV: the header (or --columns) by name."""
+    if opts.kind == "criteo":
+        first = _first_line(url, hdfs_ugi) or ""
+        delimiter = "\t" if "\t" in first else ","
+        names = [_normalize(n) for n in first.split(delimiter)]
+        if first.split(delimiter)[0].strip() in ("0", "1") or not ({"I1", "C1"} <= set(names)):
+            # raw Kaggle rows, positional (bad ones are reported row by row)
+            raw = _positions(url, list(CRITEO_COLUMNS), columns)
+            return _Layout("\t", False, raw, len(CRITEO_COLUMNS))
+        return _Layout(delimiter, True, _positions(url, names, columns), len(names))
+    delimiter = opts.delimiter or ","
+    if not opts.header:
+        names = list(opts.columns or columns)
+        return _Layout(delimiter, False, _positions(url, names, columns), len(names))
+    for _, fields in _split_rows(url, delimiter, hdfs_ugi):
+        names = [f.strip() for f in fields]
+        return _Layout(delimiter, True, _positions(url, names, columns), len(names))
+    raise EctlError(f"{url}: empty file, no CSV header")
 
 
 def _header(url: str, opts: ConvertOptions, hdfs_ugi: str | None) -> list[str]:
@@ -91,21 +167,27 @@ def _header(url: str, opts: ConvertOptions, hdfs_ugi: str | None) -> list[str]:
         return list(CRITEO_COLUMNS)
     if not opts.header:
         return list(opts.columns or [])
-    for _, fields, _ in _rows(url, opts, None, hdfs_ugi):
+    for _, fields in _split_rows(url, opts.delimiter or ",", hdfs_ugi):
         return [f.strip() for f in fields]
     raise EctlError(f"{url}: empty file, no CSV header")
 
 
 def _data_rows(url: str, opts: ConvertOptions, columns: list[str], hdfs_ugi: str | None):
-    rows = _rows(url, opts, len(columns), hdfs_ugi)
-    if opts.kind == "csv" and opts.header:
+    """(line number, fields in `columns` order or None, error) per data row."""
+    layout = _layout(url, opts, columns, hdfs_ugi)
+    rows = _split_rows(url, layout.delimiter, hdfs_ugi)
+    if layout.header:
         next(rows, None)
     ncols = len(columns)
-    for number, fields, _ in rows:
-        if len(fields) > ncols:
-            yield number, None, f"{len(fields)} fields, expected {ncols}"
+    for number, fields in rows:
+        if len(fields) > layout.width:
+            yield number, None, f"{len(fields)} fields, expected {layout.width}"
             continue
-        if len(fields) < ncols:  # trailing empty fields stripped (PaddleRec's Criteo files)
+        if len(fields) < layout.width:  # trailing empty fields stripped (PaddleRec's files)
+            fields = fields + [""] * (layout.width - len(fields))
+        if layout.positions is not None:
+            fields = [fields[i] for i in layout.positions]
+        elif len(fields) < ncols:
             fields = fields + [""] * (ncols - len(fields))
         yield number, fields, None
 

@@ -552,26 +552,30 @@ class BatchStream:
     def _open(self):
         if not isinstance(self.source, str):
             return _NoClose(self.source)
-        from fsspec.utils import infer_compression
-
         from elasticctr.data.storage import open_input, url_to_fs
 
-        if infer_compression(self.source) and (self.start > 0 or self.end is not None):
+        fh = open_input(self.source, hdfs_ugi=self.hdfs_ugi)
+        compression = getattr(fh, "ectl_compression", None)
+        if compression and (self.start > 0 or self.end is not None):
             # a range of a compressed file is only meaningful as the whole file
             fs, path = url_to_fs(self.source, self.hdfs_ugi)
             if self.start > 0 or self.end < fs.size(path):
+                fh.close()
+                named = not getattr(fh, "ectl_sniffed", False)
                 raise ValidationError(
                     f"{self.source}: cannot read bytes [{self.start}, {self.end}) of a "
-                    "compressed file",
-                    hint="give compressed files as whole-file tasks",
-                )
+                    + ("compressed file" if named else f"{compression} file without a "
+                       f"{'.gz' if compression == 'gzip' else '.bz2'} suffix"),
+                    hint="give compressed files as whole-file tasks" if named else
+                    "name compressed files *.gz / *.bz2 so they are read as whole files",
+                )  # fmt: skip
             self.end = None
-        return open_input(self.source, hdfs_ugi=self.hdfs_ugi)
+        return fh
 
     def _chunks(self) -> Iterator[bytes]:
         """Complete lines, block by block; ``self.stats.chunk_offset`` = each one's offset."""
-        end = self.end
         with self._open() as fh:
+            end = self.end  # after _open: a whole compressed file is read to its end
             offset = 0  # file offset of rest[0]
             rest = b""
             if self.start > 0:

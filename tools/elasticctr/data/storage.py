@@ -177,19 +177,46 @@ def list_names(url: str, hdfs_ugi: str | None = None) -> list[tuple[str, bool]]:
     return sorted(set(out))
 
 
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"))
+"""Leading bytes of compressed files, for files whose name has no .gz/.bz2 suffix."""
+
+
+def sniff_compression(head: bytes) -> str | None:
+    """'gzip'/'bz2' when `head` (the first bytes of a file) starts like one, else None."""
+    for magic, name in _MAGIC:
+        if head.startswith(magic) and (name != "bz2" or head[3:4].isdigit()):
+            return name
+    return None
+
+
 def open_input(url: str, hdfs_ugi: str | None = None) -> IO[bytes]:
-    """Open for binary reading; ``.gz``/``.bz2``/... are decompressed transparently."""
+    """Open for binary reading; compressed files are decompressed transparently.
+
+    The compression comes from the suffix (``.gz``, ``.bz2``, ...) or, without one, from
+    the file's first bytes (gzip/bz2 magic), so ``part-00000`` holding gzip data is read
+    as text too. The returned object has ``ectl_compression`` (None or the codec) and
+    ``ectl_sniffed`` (True when the codec came from the bytes, not the name).
+    """
     fs, path = url_to_fs(url, hdfs_ugi)
     compression = fsspec.utils.infer_compression(path)
+    sniffed = False
     try:
         raw = fs.open(path, "rb")
+        if not compression:
+            head = raw.read(4)
+            raw.seek(0)
+            compression = sniff_compression(head)
+            sniffed = compression is not None
     except (OSError, RuntimeError) as exc:
         raise wrap_error(url, exc) from exc
+    fh = raw
     if compression:
         from fsspec.compression import compr
 
-        return compr[compression](raw, mode="rb")
-    return raw
+        fh = compr[compression](raw, mode="rb")
+    fh.ectl_compression = compression
+    fh.ectl_sniffed = sniffed
+    return fh
 
 
 def read_bytes(url: str, hdfs_ugi: str | None = None) -> bytes:

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from elasticctr.constants import DEFAULT_MAX_ERROR_RATE, ENV_HDFS_UGI
 from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
 from elasticctr.train.models import ModelSpec, resolve_spec
+from elasticctr.values import read_yaml_mapping
 from elasticctr.versions import parse_date_hour
 
 
@@ -115,18 +114,8 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
 
 
 def load_values(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValidationError(f"cannot read values file {path}: {exc.strerror}") from None
-    try:
-        values = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{path} is not valid YAML", [str(exc)]) from None
-    if not isinstance(values, dict):
-        raise ValidationError(f"{path}: top level must be a mapping")
-    return values
+    """The values file a role reads (same reader and errors as `ectl validate`)."""
+    return read_yaml_mapping(Path(path), "values file")
 
 
 def load(path: str | Path) -> TrainConfig:
