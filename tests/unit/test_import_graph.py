@@ -109,3 +109,13 @@ def test_elasticctr_packages_import_without_cycles():
     graph = import_graph()
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between parts of elasticctr: " + " -> ".join(cycle)
+
+
+@pytest.mark.fast
+def test_versions_are_read_without_the_training_code():
+    """cube and serving read versions through elasticctr.versions / modelstore, never
+    through elasticctr.train (which pulls in Paddle and the trainer runtime)."""
+    graph = import_graph()
+    for reader in ("cube", "serving", "modelstore", "versions", "data"):
+        assert "train" not in graph[reader], reader
+    assert {"versions", "modelstore"} <= graph["cube"] and "modelstore" in graph["serving"]
