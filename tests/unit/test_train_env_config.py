@@ -212,8 +212,10 @@ def test_hdfs_address_and_the_ugi_from_the_environment_reach_the_train_config(mo
         "trainer": {"model": {"name": "lr"}},
     }
     monkeypatch.delenv(C.ENV_HDFS_UGI, raising=False)
+    values["global"]["modelStore"] = "hdfs:///ctr/models"
     cfg = from_values(values)
     assert cfg.data_path == "hdfs://namenode.hadoop:8020/ctr/data" and cfg.hdfs_ugi is None
+    assert cfg.model_store == "hdfs://namenode.hadoop:8020/ctr/models"
     monkeypatch.setenv(C.ENV_HDFS_UGI, "ctr,secret")
     assert from_values(values).hdfs_ugi == "ctr,secret"
     values["global"]["data"]["hdfsUgi"] = "other,pw"  # the values file wins

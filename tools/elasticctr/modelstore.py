@@ -41,7 +41,7 @@ from elasticctr.data import storage
 from elasticctr.errors import EctlError
 
 
-def _with_hdfs_address(url: str, hdfs_address: str | None) -> str:
+def with_hdfs_address(url: str, hdfs_address: str | None) -> str:
     """``hdfs:///models`` + ``hdfs://nn:9000`` -> ``hdfs://nn:9000/models``."""
     if url.startswith("hdfs:///") and hdfs_address:
         from elasticctr.data.config import normalize_hdfs_address
@@ -255,7 +255,7 @@ def open_store(
     if hdfs_ugi is None:
         hdfs_ugi = os.environ.get(ENV_HDFS_UGI) or None
     return ModelStore(
-        _with_hdfs_address(url.rstrip("/") or url, hdfs_address),
+        with_hdfs_address(url.rstrip("/") or url, hdfs_address),
         token=token or None,
         hdfs_ugi=hdfs_ugi or None,
     )

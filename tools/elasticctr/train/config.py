@@ -19,6 +19,7 @@ from typing import Any
 from elasticctr.constants import DEFAULT_MAX_ERROR_RATE, ENV_HDFS_UGI
 from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
+from elasticctr.modelstore import with_hdfs_address
 from elasticctr.train.models import ModelSpec, resolve_spec
 from elasticctr.values import read_yaml_mapping
 from elasticctr.versions import parse_date_hour
@@ -92,7 +93,10 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
             data_path = dataset_url(data_path, str(data["hdfsAddress"]))
         except ValueError as exc:
             problems.append(f"global.data.hdfsAddress: {exc}")
-    model_store = _get(values, "global", "modelStore") or ""
+    model_store = str(_get(values, "global", "modelStore") or "")
+    if model_store.startswith("hdfs:///") and data.get("hdfsAddress") and not problems:
+        # the same namenode completes an hdfs:/// model store (elasticctr.modelstore)
+        model_store = with_hdfs_address(model_store, str(data["hdfsAddress"]))
     # The chart sets MLFLOW_TRACKING_URI when trackingUri is empty (its own mlflow subchart).
     mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or os.environ.get(
         "MLFLOW_TRACKING_URI", ""
