@@ -6,7 +6,7 @@ VENV := .venv
 PYTEST := $(VENV)/bin/python -m pytest
 RUFF := $(VENV)/bin/ruff
 
-.PHONY: help venv tools quickstart test test-fast lint format lock clean
+.PHONY: help venv tools quickstart test test-fast lint format lock clean images publish dockerd chart-docs
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,11 +28,24 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(RUFF) format tools tests bench
 	$(RUFF) check --fix tools tests bench
 
-test: venv tools lint  ## the full suite (CI runs exactly this)
+test: venv tools lint images  ## the full suite (CI runs exactly this)
 	@source scripts/tools-env.sh && $(PYTEST) tests --durations=25
 
 test-fast: venv lint  ## quick unit subset
 	$(PYTEST) -m fast tests
+
+dockerd:  ## install Debian's docker.io when missing and start dockerd when none answers
+	@scripts/images/dockerd.sh >/dev/null
+
+images: venv  ## build every image the chart runs (cached; docs/images.md)
+	@scripts/images/build.sh
+
+publish: images tools  ## push the images and the chart to REGISTRY=HOST:PORT (docs/images.md)
+	@test -n "$(REGISTRY)" || { echo "usage: make publish REGISTRY=HOST:PORT" >&2; exit 2; }
+	@scripts/images/publish.sh "$(REGISTRY)"
+
+chart-docs: tools  ## regenerate each chart's README.md from its values.yaml comments (helm-docs)
+	@source scripts/tools-env.sh && helm-docs --chart-search-root charts --log-level warning
 
 .PHONY: bench-deepctr
 bench-deepctr: venv  ## training throughput vs DeepCTR-Torch (creates .bench-venv/, ~5.6 GB); ARGS="--lines N"

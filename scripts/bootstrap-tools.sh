@@ -14,6 +14,8 @@ KUBECONFORM_VERSION=v0.7.0
 # helm-unittest v1.0.1 fails `go install` here (checksum database has no record of it: 404);
 # v1.0.0 verifies and builds with plain `go install`.
 HELM_UNITTEST_VERSION=v1.0.0
+# helm-docs: each chart's README.md from its values.yaml `# --` comments (docs/images.md).
+HELM_DOCS_VERSION=v1.14.2
 
 TOOLS="$ROOT/.tools"
 BIN="$TOOLS/bin"
@@ -49,6 +51,8 @@ go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kube
   "-s -w -X main.version=$KUBECONFORM_VERSION"
 go_tool helm-unittest "$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest \
   "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$HELM_UNITTEST_VERSION"
+go_tool helm-docs "$HELM_DOCS_VERSION" github.com/norwoodj/helm-docs/cmd/helm-docs \
+  "-s -w -X main.version=$HELM_DOCS_VERSION"
 
 # Register helm-unittest as the `helm unittest` plugin (what `helm plugin install` would lay out).
 PLUGIN_DIR="$TOOLS/helm-plugins/helm-unittest"
@@ -158,6 +162,7 @@ report() { # NAME COMMAND...
 }
 echo "tools in $BIN:"
 report helm helm version --short
+report helm-docs helm-docs --version
 report kubeconform kubeconform -v
 # `helm unittest --help` proves the plugin runs; the plugin list carries its version.
 helm unittest --help >/dev/null 2>&1 || { echo "  helm-unittest  does not run" >&2; fail=1; }

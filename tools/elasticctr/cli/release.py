@@ -49,7 +49,11 @@ SET_OPTION = typer.Option(
     "value is read as YAML: --set cube.shards=4 --set trainer.model.name=deepfm).",
 )
 CHART_OPTION = typer.Option(
-    None, "--chart", help=f"Chart directory (default: ${ENV_CHART_DIR} or charts/elasticctr)."
+    None,
+    "--chart",
+    help=f"Chart directory, or a published chart oci://HOST[:PORT]/PATH/elasticctr[:VERSION] "
+    f"(pulled with helm; plain HTTP for a loopback registry) "
+    f"(default: ${ENV_CHART_DIR} or charts/elasticctr).",
 )
 TIMEOUT_OPTION = typer.Option("10m", "--timeout", help="How long helm waits (Go duration).")
 WAIT_OPTION = typer.Option(
@@ -189,8 +193,53 @@ def _print_changes(
 # --- helm operations ---------------------------------------------------------------------
 
 
-def _chart_path(chart: Path | None) -> Path:
-    path = chart or chart_dir()
+def _pull_oci_chart(ref: str, helm: str | None) -> Path:
+    """`helm pull` of an oci:// chart into a temporary directory removed at exit.
+
+    `oci://host/path/name:1.2.3` pulls version 1.2.3 (helm's --version); without a tag helm
+    takes the newest. A registry on a loopback address is spoken to over plain HTTP (what a
+    local registry serves); any other host over TLS.
+    """
+    import atexit
+    import ipaddress
+    import shutil
+    import subprocess
+    import tempfile
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(ref)
+    name = parts.path.rsplit("/", 1)[-1]
+    if not parts.hostname or not name:
+        raise EctlError(
+            f"bad chart reference {ref!r}", hint="oci://HOST[:PORT]/PATH/NAME[:VERSION]"
+        )
+    url, version = ref, None
+    if ":" in name:
+        name, version = name.split(":", 1)
+        url = ref[: -len(version) - 1]
+    command = [common.find_helm(helm), "pull", url, "--untar"]
+    if version:
+        command += ["--version", version]
+    try:
+        loopback = parts.hostname == "localhost" or ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        command.append("--plain-http")
+    where = Path(tempfile.mkdtemp(prefix="ectl-chart-"))
+    atexit.register(shutil.rmtree, where, True)
+    done = subprocess.run(
+        [*command, "--untardir", str(where)], capture_output=True, text=True, timeout=300
+    )
+    if done.returncode != 0:
+        raise EctlError(f"cannot pull chart {ref}: {done.stderr.strip() or done.stdout.strip()}")
+    return where / name
+
+
+def _chart_path(chart: str | Path | None, helm: str | None = None) -> Path:
+    if chart is not None and str(chart).startswith("oci://"):
+        chart = _pull_oci_chart(str(chart), helm)
+    path = Path(chart) if chart is not None else chart_dir()
     if not (path / "Chart.yaml").is_file():
         raise EctlError(
             f"no chart at {path} (Chart.yaml missing)",
@@ -278,7 +327,7 @@ def _deploy(
     verb: str,
     target: Target,
     files: list[Path] | None,
-    chart: Path | None,
+    chart: str | None,
     *,
     sets: list[str] | None,
     dry_run: bool,
@@ -289,7 +338,7 @@ def _deploy(
     output: OutputFormat,
     show_diff: bool,
 ) -> None:
-    chart_path = _chart_path(chart)
+    chart_path = _chart_path(chart, target.helm)
     values = load_user_values(files or [], chart_path, sets)
     namespace = target.resolved_namespace()
     client = common.helm_client(target)
@@ -375,7 +424,7 @@ def install(
     sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
-    chart: Path | None = CHART_OPTION,
+    chart: str | None = CHART_OPTION,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Validate, render and show what would be created; change nothing."
     ),
@@ -426,7 +475,7 @@ def upgrade(
     sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
-    chart: Path | None = CHART_OPTION,
+    chart: str | None = CHART_OPTION,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Show a per-resource diff against the running release."
     ),
@@ -686,7 +735,7 @@ def template(
     sets: list[str] | None = SET_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
-    chart: Path | None = CHART_OPTION,
+    chart: str | None = CHART_OPTION,
     output: str = typer.Option(
         "yaml",
         "--output",
@@ -704,7 +753,7 @@ def template(
 
       ectl template -f values.yaml -o json | jq '.[].kind'
     """
-    chart_path = _chart_path(chart)
+    chart_path = _chart_path(chart, helm)
     values = load_user_values(files or [], chart_path, sets)
     ns = namespace or "default"
     client = common.helm_client(Target(release, ns, None, None, helm))

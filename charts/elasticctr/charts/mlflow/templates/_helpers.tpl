@@ -31,9 +31,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
-{{/* The official MLflow image, pinned by tag. */}}
+{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
 {{- define "mlflow.image" -}}
-{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- $g := .Values.global.image -}}
+{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
+{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
+{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
 
 {{- define "mlflow.claimName" -}}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# `make images`: build every image the chart runs from this checkout (docs/images.md).
+#   scripts/images/build.sh [IMAGE ...]    default: train serving cube fileserver mlflow
+# Steps, each cached so a warm run does nothing and a Python change rebuilds one layer:
+#   1. dockerd (scripts/images/dockerd.sh) and the Debian base image (scripts/images/base.sh)
+#   2. the wheelhouse: every wheel the images install, resolved by uv within constraints.txt
+#      and downloaded by pip for CPython 3.11 manylinux x86_64, cached in
+#      $CACHE/wheelhouse-<hash of the layer lists, constraints.txt and the target platform>
+#   3. the project wheel (pip wheel, offline from the wheelhouse), cached by a hash of tools/
+#   4. `docker build --target <image>` of images/Dockerfile with BuildKit, tagged
+#      <global.image.repository>/elasticctr-<image>:<chart appVersion>
+#   5. a CycloneDX SBOM per image: $CACHE/sbom/elasticctr-<image>-<tag>.cdx.json
+# Prints one line per image: reference, image id, size in bytes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+CACHE="${ELASTICCTR_IMAGES_CACHE:-$HOME/.cache/elasticctr/images}"
+PY="$ROOT/.venv/bin/python"
+[ -x "$PY" ] || { echo "build.sh: run \`make venv\` first" >&2; exit 1; }
+mkdir -p "$CACHE"
+
+ALL=(train serving cube fileserver mlflow)
+if [ $# -gt 0 ]; then WANT=("$@"); else WANT=("${ALL[@]}"); fi
+for image in "${WANT[@]}"; do
+  [[ " ${ALL[*]} " == *" $image "* ]] || { echo "build.sh: unknown image $image (one of: ${ALL[*]})" >&2; exit 2; }
+done
+
+DOCKER=$(scripts/images/dockerd.sh)
+eval "$("$PY" scripts/images/meta.py shell)"   # VERSION, REPOSITORY
+BASE=$(scripts/images/base.sh)
+
+# --- 2. wheelhouse ---------------------------------------------------------------------
+CTX="$ROOT/.cache/images-context"
+rm -rf "$CTX" && mkdir -p "$CTX/req" "$CTX/wheels" "$CTX/project"
+LAYERS=(core paddle train serve cube mlflow)
+IN=$(mktemp -d)
+trap 'rm -rf "$IN"' EXIT
+"$PY" scripts/images/meta.py requirements "$IN"
+# The wheel set depends on the layer requirements, the pins and the target platform only.
+WHEELHOUSE_RECIPE="2 cp311 manylinux_2_36_x86_64"
+WH_KEY=$( { echo "$WHEELHOUSE_RECIPE"; cat constraints.txt "$IN"/*.in; } | sha256sum | cut -c1-16)
+WH="$CACHE/wheelhouse-$WH_KEY"
+if [ ! -f "$WH/.complete" ]; then
+  echo "build.sh: preparing the wheelhouse (from constraints.txt) ..." >&2
+  tmp=$(mktemp -d "$CACHE/.wheelhouse.XXXXXX")
+  mkdir "$tmp/req"
+  # 1. uv pins each layer's requirements (with the layers below it) for the image's
+  #    interpreter (CPython 3.11 on glibc 2.36, Debian bookworm) within constraints.txt.
+  for layer in "${LAYERS[@]}" build; do
+    "$PY" -m uv pip compile --quiet --no-header --no-annotate --python-version 3.11 \
+      --python-platform x86_64-manylinux_2_36 --constraint constraints.txt "$IN/$layer.in" \
+      -o "$tmp/req/$layer.txt" >&2 \
+      || { rm -rf "$tmp"; echo "build.sh: uv pip compile of the $layer layer failed" >&2; exit 1; }
+  done
+  sort -u "$tmp"/req/*.txt >"$tmp/all.txt"
+  # 2. pip downloads exactly those wheels (no resolution), binary only, so nothing is
+  #    compiled and every image step can install offline. Every manylinux tag glibc 2.36
+  #    runs is allowed (pip does not widen a given --platform itself).
+  platforms=()
+  for minor in $(seq 36 -1 5); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+  platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+  # Wheels the newest previous wheelhouse already has are reused (hard links; pip skips a
+  # file already in --dest), so a changed pin downloads only what changed.
+  prev=$(ls -dt "$CACHE"/wheelhouse-* 2>/dev/null | head -n 1 || true)
+  if [ -n "$prev" ]; then cp -l "$prev"/*.whl "$tmp/" 2>/dev/null || true; fi
+  "$PY" -m pip download --disable-pip-version-check --quiet --no-deps --dest "$tmp" \
+    --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 --abi abi3 \
+    --abi none "${platforms[@]}" -r "$tmp/all.txt" >&2 \
+    || { rm -rf "$tmp"; echo "build.sh: pip download failed" >&2; exit 1; }
+  "$PY" scripts/images/meta.py prune "$tmp/all.txt" "$tmp"   # exactly the pinned wheels
+  rm -f "$tmp/all.txt"
+  touch "$tmp/.complete"
+  mv -T "$tmp" "$WH" 2>/dev/null || { rm -rf "$tmp"; [ -f "$WH/.complete" ]; }
+  # Keep the newest two wheelhouses only (each is ~600 MB).
+  ls -dt "$CACHE"/wheelhouse-* | tail -n +3 | xargs -r rm -rf
+fi
+# Per layer: its pinned list and exactly its wheels (hard links, no copy), so a layer's
+# cache key changes only when its own pins do, and BuildKit sees unchanged files unchanged.
+for layer in "${LAYERS[@]}"; do
+  cp "$WH/req/$layer.txt" "$CTX/req/$layer.txt"
+  "$PY" scripts/images/meta.py link "$WH/req/$layer.txt" "$WH" "$CTX/wheels/$layer"
+done
+
+# --- 3. the project wheel ----------------------------------------------------------------
+SRC_KEY=$( { cat pyproject.toml README.md; find tools -type f -not -path '*/__pycache__/*' \
+  -not -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+PROJ="$CACHE/project-$SRC_KEY"
+if ! ls "$PROJ"/elasticctr-*.whl >/dev/null 2>&1; then
+  tmp=$(mktemp -d "$CACHE/.project.XXXXXX")
+  # Build isolation with setuptools from the wheelhouse: offline, independent of .venv.
+  "$PY" -m pip wheel --disable-pip-version-check --quiet --no-deps --no-index \
+    --find-links "$WH" --wheel-dir "$tmp" . >&2
+  rm -rf build tools/*.egg-info
+  mv -T "$tmp" "$PROJ" 2>/dev/null || rm -rf "$tmp"
+  # Keep the newest few project wheels only.
+  ls -dt "$CACHE"/project-* | tail -n +6 | xargs -r rm -rf
+fi
+cp "$PROJ"/elasticctr-*.whl "$CTX/project/"
+
+# --- 4. images ----------------------------------------------------------------------------
+REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- 2>/dev/null || REVISION="$REVISION-dirty"
+SOURCE=$(git remote get-url origin 2>/dev/null || echo "file://$ROOT")
+mkdir -p "$CACHE/sbom"
+for image in "${WANT[@]}"; do
+  ref="$REPOSITORY/elasticctr-$image:$VERSION"
+  start=$(date +%s.%N)
+  DOCKER_BUILDKIT=1 "$DOCKER" build --quiet -f images/Dockerfile --target "$image" \
+    --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
+    --build-arg "SOURCE=$SOURCE" -t "$ref" "$CTX" >/dev/null \
+    || { echo "build.sh: docker build of $image failed (rerun without --quiet to see why:" \
+      "DOCKER_BUILDKIT=1 docker build -f images/Dockerfile --target $image $CTX)" >&2; exit 1; }
+  secs=$(echo "$(date +%s.%N) - $start" | bc)
+  id=$("$DOCKER" image inspect -f '{{.Id}}' "$ref")
+  size=$("$DOCKER" image inspect -f '{{.Size}}' "$ref")
+  # --- 5. SBOM of what the image has installed (cached by image id) ------------------------
+  sbom="$CACHE/sbom/elasticctr-$image-$VERSION.cdx.json"
+  if [ ! -s "$sbom" ] || [ "$(cat "$sbom.id" 2>/dev/null)" != "$id" ]; then
+    scripts/images/sbom.sh "$ref" >"$sbom.tmp" 2>"$sbom.log" \
+      || { cat "$sbom.log" >&2; echo "build.sh: SBOM of $ref failed" >&2; exit 1; }
+    mv "$sbom.tmp" "$sbom" && echo "$id" >"$sbom.id" && rm -f "$sbom.log"
+  fi
+  printf '%s %s %s %.1fs\n' "$ref" "$id" "$size" "$secs"
+done

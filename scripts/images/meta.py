@@ -1,0 +1,122 @@
+"""Facts the image scripts share, read from their one source each (docs/images.md).
+
+  meta.py shell             VERSION (chart appVersion), REPOSITORY (global.image.repository),
+                            IMAGES, as shell assignments
+  meta.py requirements DIR  DIR/<layer>.in: the requirements of each image layer together
+                            with those of the layers below it (a layer's venv holds both)
+  meta.py link PINS WHEELHOUSE DIR
+                            hard-link the wheel of every `name==version` in PINS into DIR
+  meta.py prune PINS WHEELHOUSE
+                            delete the wheels of WHEELHOUSE that PINS does not name
+
+Layer lists come from pyproject.toml's dependency groups; build.sh pins each layer's list
+within constraints.txt (uv pip compile). `paddle` is what the train and serve extras share,
+so train and serving share that layer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "elasticctr"
+# Image name suffix -> the chart's values key holding `image.name` (mlflow: subchart too).
+IMAGES = ("train", "serving", "cube", "fileserver", "mlflow")
+
+
+def chart_facts() -> dict[str, str]:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    return {
+        "VERSION": str(chart["appVersion"]),
+        "REPOSITORY": values["global"]["image"]["repository"],
+        "IMAGES": " ".join(IMAGES),
+    }
+
+
+def layers() -> dict[str, list[str]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    build = project["build-system"]["requires"]
+    shared = [r for r in extras["train"] if r in extras["serve"]]
+    return {
+        "core": project["project"]["dependencies"],
+        "paddle": shared,
+        "train": [r for r in extras["train"] if r not in shared],
+        "serve": [r for r in extras["serve"] if r not in shared],
+        "cube": extras["cube"],
+        "mlflow": extras["mlflow"],
+        # Only for building the project wheel on the host (pip wheel, build isolation).
+        "build": build,
+    }
+
+
+# Each layer's venv = its own requirements + those of the layers below it.
+STACK = {
+    "core": ["core"],
+    "paddle": ["core", "paddle"],
+    "train": ["core", "paddle", "train"],
+    "serve": ["core", "paddle", "serve"],
+    "cube": ["core", "cube"],
+    "mlflow": ["mlflow"],
+    "build": ["build"],
+}
+
+
+def pins(path: Path) -> set[tuple[str, str]]:
+    text = path.read_text()
+    return {(canonicalize_name(n), v) for n, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
+
+
+def wheels(folder: Path) -> dict[tuple[str, str], Path]:
+    out = {}
+    for wheel in folder.glob("*.whl"):
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        out[(name, str(version))] = wheel
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["shell"]:
+        for key, value in chart_facts().items():
+            print(f"{key}={shlex.quote(value)}")
+        return 0
+    if len(argv) == 2 and argv[0] == "requirements":
+        out = Path(argv[1])
+        out.mkdir(parents=True, exist_ok=True)
+        groups = layers()
+        for name, stack in STACK.items():
+            reqs = [r for group in stack for r in groups[group]]
+            (out / f"{name}.in").write_text("".join(f"{r}\n" for r in reqs))
+        return 0
+    if len(argv) == 4 and argv[0] == "link":
+        wanted, have = pins(Path(argv[1])), wheels(Path(argv[2]))
+        missing = sorted(f"{n}=={v}" for n, v in wanted - set(have))
+        if missing:
+            print(f"no wheel in {argv[2]} for: {', '.join(missing)}", file=sys.stderr)
+            return 1
+        out = Path(argv[3])
+        out.mkdir(parents=True, exist_ok=True)
+        for key in wanted:
+            os.link(have[key], out / have[key].name)
+        return 0
+    if len(argv) == 3 and argv[0] == "prune":
+        wanted = pins(Path(argv[1]))
+        for key, wheel in wheels(Path(argv[2])).items():
+            if key not in wanted:
+                wheel.unlink()
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
