@@ -25,6 +25,10 @@ for image in "${WANT[@]}"; do
   [[ " ${ALL[*]} " == *" $image "* ]] || { echo "build.sh: unknown image $image (one of: ${ALL[*]})" >&2; exit 2; }
 done
 
+# One build at a time per checkout: the build context below is shared.
+mkdir -p "$ROOT/.cache"
+exec 8>"$ROOT/.cache/images-build.lock"
+flock 8
 DOCKER=$(scripts/images/dockerd.sh)
 eval "$("$PY" scripts/images/meta.py shell)"   # VERSION, REPOSITORY
 BASE=$(scripts/images/base.sh)
