@@ -6,7 +6,8 @@ VENV := .venv
 PYTEST := $(VENV)/bin/python -m pytest
 RUFF := $(VENV)/bin/ruff
 
-.PHONY: help venv tools quickstart test test-fast lint format lock clean images publish dockerd chart-docs
+.PHONY: help venv tools quickstart test test-fast lint format lock clean images publish dockerd chart-docs \
+  cluster-up cluster-down
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +31,14 @@ format: venv  ## apply ruff formatting and safe fixes
 
 test: venv tools lint images  ## the full suite (CI runs exactly this)
 	@source scripts/tools-env.sh && $(PYTEST) tests --durations=25
+
+cluster-up: tools  ## start the one-node Kubernetes + Volcano cluster and a local registry (.cluster/)
+	@source scripts/tools-env.sh && reg=$$(scripts/registry.sh start .cluster-registry) \
+	  && $(VENV)/bin/python scripts/cluster/harness.py up --registry "$$reg"
+
+cluster-down:  ## stop them and leave the machine clean (the registry's data stays)
+	@source scripts/tools-env.sh && $(VENV)/bin/python scripts/cluster/harness.py down \
+	  && scripts/registry.sh stop .cluster-registry
 
 test-fast: venv lint  ## quick unit subset
 	$(PYTEST) -m fast tests

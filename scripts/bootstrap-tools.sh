@@ -111,40 +111,111 @@ hdfs_minicluster() {
 }
 hdfs_minicluster
 
-# Real-cluster tests (docs/cluster-tests.md): kube-apiserver built from the wrapper module
-# scripts/kube (k8s.io/kubernetes with every staging module pinned to its v0.X.Y), cached in
-# $CACHE/kube-apiserver-<version>-<hash of the wrapper>; etcd from Debian's etcd-server,
-# installed with apt when missing (CI machines start fresh; CI runs as root).
-kube_apiserver() {
-  local src="$ROOT/scripts/kube" version minor hash cached tmp
+# Real-cluster tests and the cluster harness (docs/cluster-tests.md).
+# Debian packages: etcd (etcd-server), a containerd for the kubelet (containerd, runc), the CNI
+# plugins (containernetworking-plugins), iptables/ipset/conntrack for kube-proxy, and a static
+# busybox for the images the harness makes, the local OCI registry (docker-registry, run by
+# scripts/registry.sh); installed with apt when missing (CI runs as root
+# on a fresh machine).
+CLUSTER_APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables ipset conntrack busybox-static docker-registry)
+cluster_apt() {
+  local missing=() pkg
+  for pkg in "${CLUSTER_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${missing[*]} (Debian) ..." >&2
+    apt-get update -qq -o DPkg::Lock::Timeout=600 >&2 \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+        --no-install-recommends "${missing[@]}" >&2 \
+      || { echo "bootstrap-tools: apt-get install ${missing[*]} failed" >&2; exit 1; }
+  else
+    echo "bootstrap-tools: the cluster tests need: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+}
+cluster_apt
+ln -sf /usr/bin/etcd "$BIN/etcd"
+
+# Kubernetes: one multi-call binary `kube` (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy) built from the wrapper module scripts/kube
+# (k8s.io/kubernetes with every staging module pinned to its v0.X.Y), cached in
+# $CACHE/kube-<version>-<hash of the wrapper>; each component is a symlink named after it.
+KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+kube_components() {
+  local src="$ROOT/scripts/kube" version minor hash cached tmp c
   version=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "k8s.io/kubernetes" {print $2; exit}' \
     "$src/go.mod")
   [ -n "$version" ] || { echo "bootstrap-tools: no k8s.io/kubernetes in $src/go.mod" >&2; exit 1; }
   minor=$(echo "$version" | cut -d. -f2)
   hash=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
-  cached="$CACHE/kube-apiserver-$version-$hash"
+  cached="$CACHE/kube-$version-$hash"
   if [ ! -x "$cached" ]; then
-    echo "building kube-apiserver $version from Go modules (cold: ~8 min CPU, 22 min on a busy 2-core machine) ..." >&2
-    tmp=$(mktemp "$CACHE/.kube-apiserver.XXXXXX") # same filesystem: the mv below is atomic
+    echo "building kube $version (${KUBE_COMPONENTS[*]}) from Go modules (cold: ~14 min CPU) ..." >&2
+    tmp=$(mktemp "$CACHE/.kube.XXXXXX") # same filesystem: the mv below is atomic
     (cd "$src" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -o "$tmp" -ldflags \
       "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" .) \
-      || { rm -f "$tmp"; echo "bootstrap-tools: building kube-apiserver failed" >&2; exit 1; }
+      || { rm -f "$tmp"; echo "bootstrap-tools: building kube failed" >&2; exit 1; }
     mv -f "$tmp" "$cached"
   fi
-  ln -sf "$cached" "$BIN/kube-apiserver"
-  if [ ! -x /usr/bin/etcd ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      echo "installing etcd (Debian etcd-server) ..." >&2
-      apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >&2 \
-        || { echo "bootstrap-tools: apt-get install etcd-server failed" >&2; exit 1; }
-    else
-      echo "bootstrap-tools: etcd is required for tests/cluster: apt-get install etcd-server" >&2
-      exit 1
-    fi
-  fi
-  ln -sf /usr/bin/etcd "$BIN/etcd"
+  ln -sf "$cached" "$BIN/kube"
+  for c in "${KUBE_COMPONENTS[@]}"; do ln -sfn "$cached" "$BIN/$c"; done
 }
-kube_apiserver
+kube_components
+
+# Volcano v1.12.4 (scheduler, controller-manager, admission webhook) from the source kept in
+# ../shared/third_party/volcano (the Go module proxy refuses volcano.sh/*; see its SOURCES.md):
+# extracted and built in $CACHE/volcano-<version>-<hash of the tarballs>; .tools/volcano is its
+# source (Helm chart, CRDs, scheduler config the harness uses), .tools/bin/vc-* its binaries.
+VOLCANO_VERSION=v1.12.4
+volcano() {
+  local shared="${ELASTICCTR_SHARED:-$ROOT/../shared}/third_party/volcano" hash cached tmp b
+  local src="$shared/volcano-$VOLCANO_VERSION-src.tar.gz" apis="$shared/volcano-apis-$VOLCANO_VERSION-src.tar.gz"
+  [ -f "$src" ] && [ -f "$apis" ] \
+    || { echo "bootstrap-tools: $src and $apis are required (../shared)" >&2; exit 1; }
+  hash=$(cat "$src" "$apis" | sha256sum | cut -c1-16)
+  cached="$CACHE/volcano-$VOLCANO_VERSION-$hash"
+  if [ ! -x "$cached/bin/vc-webhook-manager" ]; then
+    echo "building Volcano $VOLCANO_VERSION from ../shared/third_party/volcano (cold: ~6 min CPU) ..." >&2
+    tmp=$(mktemp -d "$CACHE/.volcano.XXXXXX")
+    tar -xzf "$src" -C "$tmp" && tar -xzf "$apis" -C "$tmp" \
+      && (cd "$tmp/volcano" && go mod edit -replace volcano.sh/apis=../apis \
+        && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" -o "$tmp/out/" \
+          ./cmd/scheduler ./cmd/controller-manager ./cmd/webhook-manager) >&2 \
+      || { rm -rf "$tmp"; echo "bootstrap-tools: building Volcano failed" >&2; exit 1; }
+    mkdir "$tmp/bin"
+    for b in scheduler controller-manager webhook-manager; do mv "$tmp/out/$b" "$tmp/bin/vc-$b"; done
+    rm -rf "$tmp/out"
+    mv -T "$tmp" "$cached" 2>/dev/null || { rm -rf "$tmp"; [ -x "$cached/bin/vc-webhook-manager" ]; }
+  fi
+  ln -sfn "$cached/volcano" "$TOOLS/volcano"
+  for b in scheduler controller-manager webhook-manager; do ln -sf "$cached/bin/vc-$b" "$BIN/vc-$b"; done
+}
+volcano
+
+# Cluster add-ons from the Go module proxy: CoreDNS (the version Kubernetes 1.32 ships) and
+# local-path-provisioner (the default StorageClass); the pod sandbox ("pause") binary from
+# scripts/cluster/pause (cached by the hash of its source).
+COREDNS_VERSION=v1.11.3
+LOCAL_PATH_PROVISIONER_VERSION=v0.0.30
+go_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns "-s -w"
+go_tool local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION" \
+  github.com/rancher/local-path-provisioner "-s -w -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"
+pause_binary() {
+  local src="$ROOT/scripts/cluster/pause" hash cached tmp
+  hash=$(cat "$src/go.mod" "$src/main.go" | sha256sum | cut -c1-16)
+  cached="$CACHE/elasticctr-pause-$hash"
+  if [ ! -x "$cached" ]; then
+    tmp=$(mktemp "$CACHE/.pause.XXXXXX")
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$tmp" .) \
+      || { rm -f "$tmp"; echo "bootstrap-tools: building scripts/cluster/pause failed" >&2; exit 1; }
+    mv -f "$tmp" "$cached"
+  fi
+  ln -sf "$cached" "$BIN/elasticctr-pause"
+}
+pause_binary
+
 
 # shellcheck source=tools-env.sh
 source "$ROOT/scripts/tools-env.sh"
@@ -170,5 +241,11 @@ report helm-unittest bash -c "helm plugin list | awk '\$1==\"unittest\" {print \
 report yamllint yamllint --version
 report hdfs-minicluster minihdfs --version
 report kube-apiserver kube-apiserver --version
+report kubelet kubelet --version
+report kube-proxy kube-proxy --version
+report vc-scheduler bash -c "vc-scheduler --version 2>&1 | grep -m1 'API Version'"
+report coredns coredns -version
+report local-path local-path-provisioner --version
+report containerd containerd --version
 report etcd etcd --version
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }

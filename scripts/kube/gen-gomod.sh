@@ -9,7 +9,7 @@ version=${1:?usage: gen-gomod.sh vX.Y.Z}
 staging="v0.${version#v1.}"
 gomod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
 {
-  echo '// Wrapper module that builds kube-apiserver from the Go module proxy (docs/cluster-tests.md).'
+  echo '// Wrapper module that builds the multi-call kube binary from the Go module proxy (docs/cluster-tests.md).'
   echo '// k8s.io/kubernetes replaces its k8s.io/* staging modules with ./staging paths that a module'
   echo "// download lacks, so this module pins each of them to its published $staging instead."
   echo '// Regenerate the replace block with scripts/kube/gen-gomod.sh when changing the version.'
@@ -20,7 +20,10 @@ gomod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod"
   echo "require k8s.io/kubernetes $version"
   echo
   echo 'replace ('
-  grep -E '=> \./staging' "$gomod" | awk -v v="$staging" '{print "\t" $1 " => " $1 " " v}'
+  # k8s.io/endpointslice v0.32.13 is not served by the module proxy here: v0.32.12 is.
+  grep -E '=> \./staging' "$gomod" | awk -v v="$staging" '{
+    ver = v; if ($1 == "k8s.io/endpointslice" && v == "v0.32.13") ver = "v0.32.12"
+    print "\t" $1 " => " $1 " " ver}'
   echo ')'
 } > go.mod
 rm -f go.sum

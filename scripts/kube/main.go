@@ -1,20 +1,53 @@
-// Command kube-apiserver is upstream's cmd/kube-apiserver main (k8s.io/kubernetes v1.32.13),
-// built here through this wrapper module for the real-cluster tests (tests/cluster).
+// Command kube is a multi-call binary of upstream's Kubernetes components (k8s.io/kubernetes
+// v1.32.13), built here through this wrapper module for the real-cluster tests and the
+// cluster harness (docs/cluster-tests.md). It runs the component named by the name it is
+// called by (a symlink: kube-apiserver, kubelet, ...) or by its first argument
+// (`kube kubelet --help`). Each component is upstream's cmd/<name> main unchanged.
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
 	_ "time/tzdata" // for timeZone support in CronJob
 
+	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"          // for JSON log format registration
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // load all the prometheus client-go plugins
 	_ "k8s.io/component-base/metrics/prometheus/version"  // for version metric registration
-	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
+var components = map[string]func() *cobra.Command{
+	"kube-apiserver":          apiserver.NewAPIServerCommand,
+	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-proxy":              proxy.NewProxyCommand,
+	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 kubelet.NewKubeletCommand,
+}
+
 func main() {
-	command := app.NewAPIServerCommand()
-	code := cli.Run(command)
-	os.Exit(code)
+	name := filepath.Base(os.Args[0])
+	newCommand, ok := components[name]
+	if !ok && len(os.Args) > 1 {
+		if newCommand, ok = components[os.Args[1]]; ok {
+			os.Args = append([]string{os.Args[1]}, os.Args[2:]...)
+		}
+	}
+	if !ok {
+		names := make([]string, 0, len(components))
+		for n := range components {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(os.Stderr, "usage: %s COMPONENT [flags]  (or call it through a symlink named COMPONENT)\ncomponents: %v\n", name, names)
+		os.Exit(2)
+	}
+	os.Exit(cli.Run(newCommand()))
 }

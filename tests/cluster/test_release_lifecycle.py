@@ -345,6 +345,42 @@ def test_doctor_reports_no_volcano_scheduler(cluster, release, ectl):
     assert checks["permissions"]["status"] == "ok"  # system:masters may create everything
 
 
+def test_doctor_accepts_a_scheduler_renewing_its_lease(cluster, release, ectl):
+    """A Volcano scheduler run outside a Deployment (e.g. the e2e harness's host process)
+    holds the `volcano` leader-election Lease: fresh counts, stale does not."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    api = cluster.api()
+    coord = client.CoordinationV1Api(api)
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "volcano-system"}})
+
+    def doctor_scheduler():
+        proc = ectl("doctor", "-n", NAMESPACE, "-o", "json", kubeconfig=cluster.kubeconfig)
+        return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["Volcano scheduler"]
+
+    try:
+        stale = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        lease = {
+            "metadata": {"name": "volcano", "namespace": "volcano-system"},
+            "spec": {"holderIdentity": "node_1234", "leaseDurationSeconds": 15,
+                     "renewTime": stale.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        }  # fmt: skip
+        coord.create_namespaced_lease("volcano-system", lease)
+        assert doctor_scheduler()["status"] == "fail"
+        fresh = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        coord.patch_namespaced_lease("volcano", "volcano-system", {"spec": {"renewTime": fresh}})
+        check = doctor_scheduler()
+        assert check["status"] == "ok", check
+        assert "volcano-system/volcano Lease held by node_1234" in check["detail"]
+    finally:
+        coord.delete_namespaced_lease("volcano", "volcano-system")
+        core.delete_namespace("volcano-system")  # stays Terminating: no namespace controller
+        api.close()
+
+
 def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
     from kubernetes import client
 

@@ -34,6 +34,8 @@ VOLCANO_CRDS = (
     "podgroups.scheduling.volcano.sh",
     "queues.scheduling.volcano.sh",
 )
+# Volcano's scheduler's leader-election Lease is named after its scheduler name.
+VOLCANO_SCHEDULER_LEASE = "volcano"
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
@@ -217,10 +219,16 @@ def _volcano_scheduler(api) -> Check:
             _RBAC_FIX,
         )
     if not deployments.items:
+        # A scheduler run another way (outside the cluster, or with leader election in any
+        # Deployment) holds the leader-election Lease named after its scheduler name.
+        lease = _volcano_scheduler_lease(api)
+        if lease:
+            return Check("Volcano scheduler", "ok", lease)
         return Check(
             "Volcano scheduler",
             "fail",
-            "no volcano-scheduler Deployment in any namespace",
+            "no volcano-scheduler Deployment in any namespace and no Volcano scheduler "
+            f"holding a '{VOLCANO_SCHEDULER_LEASE}' Lease",
             "install Volcano (chart volcano-sh/volcano); without its scheduler Volcano Jobs "
             "stay Pending",
         )
@@ -382,6 +390,33 @@ def _priority_classes(api, volcano: dict) -> Check:
     if problems:
         return Check("PriorityClasses", "fail", "; ".join(problems), "; ".join(fixes))
     return Check("PriorityClasses", "ok", ", ".join(dict.fromkeys(names)))
+
+
+def _volcano_scheduler_lease(api) -> str | None:
+    """'<ns>/<name> held by X, renewed N s ago' when a Volcano scheduler renews its Lease."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    try:
+        leases = client.CoordinationV1Api(api).list_lease_for_all_namespaces(
+            field_selector=f"metadata.name={VOLCANO_SCHEDULER_LEASE}",
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+    except Exception:
+        return None  # no permission to read leases: the Deployment check above decides
+    now = dt.datetime.now(dt.UTC)
+    for lease in leases.items:
+        spec = lease.spec
+        if not (spec and spec.holder_identity and spec.renew_time):
+            continue
+        age = (now - spec.renew_time).total_seconds()
+        if age <= 2 * (spec.lease_duration_seconds or 15):
+            return (
+                f"{lease.metadata.namespace}/{lease.metadata.name} Lease held by "
+                f"{spec.holder_identity}, renewed {age:.0f} s ago"
+            )
+    return None
 
 
 def _storage_class(api) -> Check:

@@ -1,0 +1,3 @@
+module elasticctr.dev/pause
+
+go 1.23.0

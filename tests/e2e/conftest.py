@@ -1,0 +1,91 @@
+"""The one-node cluster with Volcano for the end-to-end tests (scripts/cluster/harness.py).
+
+`kube_cluster` (package scope: torn down right after the last e2e test) starts etcd, the
+Kubernetes control plane, a kubelet on its own containerd, kube-proxy, CoreDNS,
+local-path-provisioner and Volcano as host processes in a tmp dir, with a local OCI registry
+(`local_registry`, scripts/registry.sh) the kubelet pulls from. Its teardown fails the run
+when it leaves a process, mount, bridge, iptables chain, cgroup or host path behind. A
+start-up failure fails (never skips) with node conditions, pod events and component logs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.conftest import REPO, require_tool
+
+sys.path.insert(0, str(REPO / "scripts" / "cluster"))
+import harness  # noqa: E402
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="package")
+def local_registry(tmp_path_factory) -> str:
+    """host:port of a local OCI registry (scripts/registry.sh, Debian's docker-registry on
+    loopback); ELASTICCTR_REGISTRY names an already running one instead."""
+    if os.environ.get("ELASTICCTR_REGISTRY"):
+        yield os.environ["ELASTICCTR_REGISTRY"]
+        return
+    script = REPO / "scripts" / "registry.sh"
+    if not script.exists():
+        pytest.fail(f"{script} missing: the cluster pulls images from the local registry")
+    state = tmp_path_factory.mktemp("registry")
+    proc = subprocess.run(
+        [str(script), "start", str(state)], capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/registry.sh start failed: {proc.stderr[-2000:]}", pytrace=False)
+    yield proc.stdout.strip().splitlines()[-1]
+    subprocess.run([str(script), "stop", str(state)], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="package")
+def kube_cluster(tmp_path_factory, local_registry) -> harness.Harness:
+    for name in ("kube", "etcd", "coredns", "local-path-provisioner", "vc-scheduler", "helm"):
+        require_tool(name)
+    h = harness.Harness(dir=tmp_path_factory.mktemp("kcluster"), registry=local_registry)
+    try:
+        h.up()
+    except Exception as exc:  # noqa: BLE001 - report with diagnostics, then clean up
+        report = h.diagnostics()
+        try:
+            h.down()
+        except harness.ClusterError as down_exc:
+            report += f"\n{down_exc}"
+        pytest.fail(f"cluster start-up failed: {exc}\n{report}", pytrace=False)
+    print(f"\ncluster up: {h.timings}")
+    yield h
+    seconds = h.down()
+    print(f"\ncluster down in {seconds} s")
+
+
+def wait_until(what: str, probe, timeout: float, h: harness.Harness, namespace: str | None = None):
+    """Poll probe() until it returns a truthy value; on timeout fail with the diagnostics."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - "not yet"
+            last = exc
+        time.sleep(0.5)
+    pytest.fail(
+        f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})\n"
+        f"{h.diagnostics(namespace)}",
+        pytrace=False,
+    )
+
+
+__all__ = ["Path", "wait_until"]
