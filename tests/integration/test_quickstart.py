@@ -1,6 +1,7 @@
 """`ectl quickstart` end to end with small settings: every service as a real process,
-real Paddle PS training, cube + serving switch to the newest version, MLflow holds the
-run, `ectl local status` sees it while it runs, and Ctrl-C stops everything."""
+real Paddle PS training (elastic: leased byte ranges, every trainer gets work, every
+sample counted once), cube + serving switch to the newest version, MLflow holds the run,
+`ectl local status` sees it while it runs, and Ctrl-C stops everything."""
 
 from __future__ import annotations
 
@@ -52,7 +53,20 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     assert report["heldout"] == "20200401/02"
     # Predictions of the held-out hour are better than chance (oracle is ~0.78).
     assert 0.5 < report["auc"] <= report["oracle_auc"] + 0.02
-    assert report["samples"] > 0 and report["latency_ms_p50"] > 0
+    assert report["latency_ms_p50"] > 0
+    # Elastic training: both trainers trained, and every training line not held out (the
+    # hash rule every trainer skips) was counted exactly once by the coordinator.
+    assert sorted(report["trainer_samples"]) == ["0", "1"], report["trainer_samples"]
+    assert all(n > 0 for n in report["trainer_samples"].values()), report["trainer_samples"]
+    trained = _trained(workdir, ["20200401/00", "20200401/01"])
+    assert sum(report["trainer_samples"].values()) == report["samples"] == trained["lines"]
+    assert report["tasks"] >= 2 * 2  # each hour split into several tasks
+    # Every export holds every row trained before it (the static launcher's could miss the
+    # last sparse pushes); version 00's may hold more: hour 01 trains while it exports.
+    # Nothing trains after the newest one, so it holds exactly the trained feasigns.
+    rows = {v: _manifest(workdir, v)["sparse"]["rows"] for v in report["versions"]}
+    assert rows["20200401/00"] >= trained["feasigns"]["20200401/00"], (rows, trained)
+    assert rows["20200401/01"] == trained["feasigns"]["20200401/01"], (rows, trained)
     # MLflow holds the training run with its per-partition metrics.
     assert report["mlflow_run"]
     assert {"auc", "logloss"} <= set(report["mlflow_metrics"])
@@ -60,6 +74,35 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
     assert not (workdir / "local.json").exists()
+
+
+def _trained(workdir, hours: list[str]) -> dict:
+    """Read here from the files: the training hours' lines minus the held-out ones, and
+    per hour the distinct feasigns trained up to and including it."""
+    import numpy as np
+
+    from elasticctr.train import config
+    from elasticctr.train.elastic import _read, heldout_mask, take
+
+    cfg = config.load(workdir / "values.local.yaml")
+    lines = held = 0
+    seen: set[int] = set()
+    feasigns = {}
+    for hour in hours:
+        for path in sorted((workdir / "data" / hour).glob("part-*")):
+            lines += sum(1 for ln in path.read_bytes().split(b"\n") if ln.strip())
+            for batch in _read(cfg, f"file://{path}"):
+                mask = heldout_mask(batch)
+                held += int(mask.sum())
+                for ids in take(batch, ~mask).ids:
+                    seen.update(np.asarray(ids).tolist())
+        feasigns[hour] = len(seen)
+    assert lines > 0
+    return {"lines": lines - held, "feasigns": feasigns}
+
+
+def _manifest(workdir, version: str) -> dict:
+    return json.loads((workdir / "store" / "versions" / version / "manifest.json").read_text())
 
 
 def test_local_status_without_deployment_is_a_clear_error(tmp_path):

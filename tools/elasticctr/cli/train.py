@@ -120,10 +120,10 @@ def _train_elastic(
     from elasticctr.local.training import run_elastic
 
     echo = (lambda _m: None) if quiet else typer.echo
-    summary = run_elastic(
+    result = run_elastic(
         values, log_dir, pservers, trainers, checkpoint, resume=resume, timeout=timeout, echo=echo
     )
-    typer.echo(f"{summary}; logs in {log_dir}")
+    typer.echo(f"{result.summary()}; logs in {log_dir}")
 
 
 @train_app.command("pserver")

@@ -2,8 +2,10 @@
 
 Generates hourly demo data, starts every service as a local process (fileserver, MLflow,
 cube shards, cube-transfer, serving), trains hour by hour with real Paddle parameter
-servers, waits until cube and serving carry the newest version, predicts the held-out
-hour and reports what the user should look at.
+servers the way the chart does (elastic: a coordinator leases byte ranges of each hour to
+the trainers, `elasticctr.local.training.run_elastic`, as `ectl local run` does), waits
+until cube and serving carry the newest version, predicts the held-out hour and reports
+what the user should look at, with the samples each trainer trained.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from elasticctr import constants as C
 from elasticctr.data import storage
 from elasticctr.data.generate import GeneratorSpec, generate
 from elasticctr.errors import EctlError
@@ -54,6 +57,9 @@ class QuickstartReport:
     logloss: float
     oracle_auc: float
     samples: int
+    trainer_samples: dict[str, int]
+    tasks: int
+    tasks_retried: int
     train_seconds: float
     samples_per_second: float
     latency_ms_p50: float
@@ -103,14 +109,16 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
             }
         )
         data.pop("sparseDim", None)  # generated feasigns are already in range
+        coord = values.setdefault("trainer", {}).setdefault("coordinator", {})
+        if "taskMiB" not in coord:  # unless the values say otherwise: work for everyone
+            coord["taskMiB"] = _task_mib(data_root, train_hours, opts.trainers)
         values_file = stack.write_values(values)
         stack.write_state(sup, {"values": str(values_file)})
 
-        train_seconds = _train(opts, values_file, stack, console, sup)
+        trained = _train(opts, values_file, stack, console, sup)
         newest = train_hours[-1]
         served = _wait_served(ep.serving, newest, console, sup, timeout=180)
         auc, logloss, p50, p99, n = _predict_heldout(ep.serving, data_root, result.heldout)
-        manifest = open_store(str(stack.store)).read_manifest(newest)
         run_id, metrics = _mlflow_summary(ep.mlflow)
         report = QuickstartReport(
             versions=_versions(stack.store),
@@ -119,9 +127,12 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
             auc=auc,
             logloss=logloss,
             oracle_auc=result.oracle_auc,
-            samples=int(sum(_manifest_samples(stack.store, v) for v in train_hours)),
-            train_seconds=train_seconds,
-            samples_per_second=float(manifest.get("metrics", {}).get("samples_per_sec", 0.0)),
+            samples=int(trained.progress["samples"]),
+            trainer_samples=trained.trainer_samples(),
+            tasks=int(trained.progress["tasks_done"]),
+            tasks_retried=int(trained.progress["tasks_retried"]),
+            train_seconds=trained.seconds,
+            samples_per_second=trained.progress["samples"] / max(trained.seconds, 1e-9),
             latency_ms_p50=p50,
             latency_ms_p99=p99,
             mlflow_run=run_id,
@@ -170,46 +181,52 @@ def _generate(opts: QuickstartOptions, root: Path, console: Console):
     return result
 
 
-def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup) -> float:
-    from elasticctr.local.training import launch
+TASKS_PER_TRAINER = 4
+"""The quickstart splits each hour into about this many tasks per trainer."""
+
+
+def _task_mib(root: Path, hours: list[str], trainers: int) -> float:
+    """trainer.coordinator.taskMiB that splits the largest training hour into about
+    TASKS_PER_TRAINER tasks per trainer (the chart's 64 MiB would make each demo hour
+    one task, trained by one trainer)."""
+    largest = max(
+        sum(f.stat().st_size for f in (root / hour).glob(f"{C.DATA_FILE_PREFIX}*"))
+        for hour in hours
+    )
+    return max(round(largest / (TASKS_PER_TRAINER * trainers) / (1 << 20), 4), 0.001)
+
+
+def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup):
+    """Elastic training of every hour but the held-out one; the coordinator's progress."""
+    from elasticctr.local.training import run_elastic
 
     hours = opts.hours - 1
-    started = time.monotonic()
     with _progress(console) as progress:
-        task = progress.add_task("training hour by hour (Paddle PS)", total=hours)
+        task = progress.add_task("training hour by hour (Paddle PS, elastic)", total=hours)
 
-        def echo(msg: str) -> None:
+        def on_tick() -> None:
             progress.update(task, completed=len(_versions(stack.store)))
-            if not msg.startswith("["):  # the launcher's own lines, not role log lines
-                console.log(msg)
             for name, code in sup.poll():  # keep services restarting while we train
                 console.log(f"{name} exited with code {code}")
 
-        launch(
+        result = run_elastic(
             values_file,
-            pservers=opts.pservers,
-            trainers=opts.trainers,
-            log_dir=stack.logs / "train",
+            stack.logs / "train",
+            opts.pservers,
+            opts.trainers,
+            stack.workdir / "train" / "checkpoint",
             timeout=opts.timeout,
-            echo=echo,
-            stream=True,
+            echo=console.log,
+            on_tick=on_tick,
         )
         progress.update(task, completed=len(_versions(stack.store)))
-    seconds = time.monotonic() - started
-    console.log(
-        f"training finished in {seconds:.0f}s: versions {', '.join(_versions(stack.store))}"
-    )
-    return seconds
+    console.log(f"{result.summary()}; versions {', '.join(_versions(stack.store))}")
+    return result
 
 
 def _versions(store: Path) -> list[str]:
     """Complete versions in the model store (the store's own listing, as cube-transfer sees it)."""
     return open_store(str(store)).list_versions()
-
-
-def _manifest_samples(store: Path, version: str) -> float:
-    manifest = open_store(str(store)).read_manifest(version)
-    return float(manifest.get("metrics", {}).get("samples", 0))
 
 
 def _wait_served(url: str, version: str, console: Console, sup, timeout: float) -> str:
@@ -282,8 +299,13 @@ def print_report(report: QuickstartReport, predicted: int, console: Console) -> 
     )
     table.add_row(
         "training",
-        f"{report.samples:,} samples in {report.train_seconds:.0f}s; "
-        f"trainer 0 at {report.samples_per_second:,.0f} samples/s",
+        f"{report.samples:,} samples in {report.train_seconds:.0f}s "
+        f"({report.samples_per_second:,.0f}/s), {report.tasks} tasks "
+        f"({report.tasks_retried} retried)",
+    )
+    table.add_row(
+        "samples per trainer",
+        ", ".join(f"trainer-{n} {s:,}" for n, s in report.trainer_samples.items()),
     )
     table.add_row(
         "prediction latency (1 sample)",

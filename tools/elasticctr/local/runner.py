@@ -50,7 +50,7 @@ def run_local(
             try:
                 # Elastic, as the chart runs it: coordinator, leased tasks, a pserver
                 # death restarts the job from the checkpoint (docs/coordinator.md).
-                summary = train_elastic(
+                result = train_elastic(
                     values_file,
                     stack.logs / "train",
                     pservers,
@@ -58,7 +58,7 @@ def run_local(
                     Path(stack.workdir) / "train" / "checkpoint",
                     echo=console.log,
                 )
-                console.log(f"{summary}; services keep serving the newest version")
+                console.log(f"{result.summary()}; services keep serving the newest version")
             except EctlError as exc:
                 console.log(f"training failed: {exc}")
             while True:

@@ -385,6 +385,29 @@ class ElasticJob:
         self.restarts[-1]["started_at"] = time.monotonic()
 
 
+@dataclass
+class LocalRun:
+    """What `run_elastic` reports: the coordinator's final progress (per-trainer samples
+    and tasks, per-partition samples; every sample counted once) and the wall time."""
+
+    progress: dict
+    seconds: float
+    restarts: int
+
+    def trainer_samples(self) -> dict[str, int]:
+        """Samples each trainer trained (coordinator progress), by trainer name."""
+        return {name: int(t["samples"]) for name, t in self.progress["trainers"].items()}
+
+    def summary(self) -> str:
+        p = self.progress
+        per = ", ".join(f"trainer-{n} {s}" for n, s in self.trainer_samples().items())
+        return (
+            f"training finished in {self.seconds:.0f}s: {p['tasks_done']} tasks, "
+            f"{p['samples']} samples ({per}), {p['tasks_retried']} retried, "
+            f"{self.restarts} job restart(s)"
+        )
+
+
 def run_elastic(
     values: Path,
     log_dir: Path,
@@ -395,10 +418,13 @@ def run_elastic(
     resume: bool = False,
     timeout: float | None = None,
     echo=None,
-) -> str:
-    """`ectl train --local --elastic` and the local deployment's training: an ElasticJob
-    with the values' `trainer.coordinator` settings (chart defaults otherwise), until it
-    finishes; returns a one-line summary. Raises EctlError when the job fails."""
+    on_tick=None,
+    report_every: float = 10.0,
+) -> LocalRun:
+    """`ectl train --local --elastic`, `ectl quickstart` and the local deployment's
+    training: an ElasticJob with the values' `trainer.coordinator` settings (chart
+    defaults otherwise), until it finishes. Raises EctlError when the job fails.
+    `on_tick()` runs every ~0.3 s while it trains (ElasticJob.wait)."""
     coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
     echo = echo or (lambda _m: None)
     t0 = time.monotonic()
@@ -412,15 +438,11 @@ def run_elastic(
         checkpoint_dir=checkpoint_dir,
         checkpoint_every=int(coord["checkpointEvery"]),
         resume=resume,
-        report_every=10.0,
+        report_every=report_every,
         echo=echo,
     )
     echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
     with job:
-        job.wait(timeout if timeout is not None else float("inf"))
+        job.wait(timeout if timeout is not None else float("inf"), on_tick=on_tick)
         progress = job.client().progress()
-    return (
-        f"training finished in {time.monotonic() - t0:.0f}s: {progress['tasks_done']} tasks, "
-        f"{progress['samples']} samples, {progress['tasks_retried']} retried, "
-        f"{len(job.restarts)} job restart(s)"
-    )
+    return LocalRun(progress, time.monotonic() - t0, len(job.restarts))
