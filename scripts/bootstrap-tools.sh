@@ -216,6 +216,33 @@ pause_binary() {
 }
 pause_binary
 
+# chart-testing (ct lint / ct install) from the source kept in ../shared/third_party/chart-testing
+# (the Go module proxy refuses github.com/helm/chart-testing/v3), cached by the tarball's hash;
+# its default lint configs (etc/) are linked as .tools/ct-etc.
+CT_VERSION=v3.14.0
+chart_testing() {
+  local tarball="${ELASTICCTR_SHARED:-$ROOT/../shared}/third_party/chart-testing/chart-testing-$CT_VERSION-src.tar.gz"
+  local hash cached tmp
+  [ -f "$tarball" ] || { echo "bootstrap-tools: $tarball is required (../shared)" >&2; exit 1; }
+  hash=$(sha256sum "$tarball" | cut -c1-16)
+  cached="$CACHE/ct-$CT_VERSION-$hash"
+  if [ ! -x "$cached/ct" ]; then
+    echo "building chart-testing $CT_VERSION from ../shared/third_party/chart-testing ..." >&2
+    tmp=$(mktemp -d "$CACHE/.ct.XXXXXX")
+    tar -xzf "$tarball" -C "$tmp" \
+      && (cd "$tmp/chart-testing" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags \
+        "-s -w -X github.com/helm/chart-testing/v3/ct/cmd.Version=$CT_VERSION" -o "$tmp/ct" ./ct) >&2 \
+      || { rm -rf "$tmp"; echo "bootstrap-tools: building chart-testing failed" >&2; exit 1; }
+    mkdir "$tmp/out" && mv "$tmp/ct" "$tmp/out/ct" && mv "$tmp/chart-testing/etc" "$tmp/out/etc"
+    rm -rf "$tmp/chart-testing"
+    mv -T "$tmp/out" "$cached" 2>/dev/null || [ -x "$cached/ct" ]
+    rm -rf "$tmp"
+  fi
+  ln -sf "$cached/ct" "$BIN/ct"
+  ln -sfn "$cached/etc" "$TOOLS/ct-etc"
+}
+chart_testing
+
 
 # shellcheck source=tools-env.sh
 source "$ROOT/scripts/tools-env.sh"
@@ -247,5 +274,6 @@ report vc-scheduler bash -c "vc-scheduler --version 2>&1 | grep -m1 'API Version
 report coredns coredns -version
 report local-path local-path-provisioner --version
 report containerd containerd --version
+report ct ct version
 report etcd etcd --version
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }
