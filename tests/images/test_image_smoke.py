@@ -151,7 +151,7 @@ def test_serving_predicts_from_a_version_on_the_fileserver(docker, images, scrat
 
 
 def test_trainer_trains_against_a_pserver_container(docker, images, scratch):
-    from elasticctr.train.export import verify_version
+    from elasticctr.versions import verify_version
 
     root = scratch / "srv"
     root.mkdir()
