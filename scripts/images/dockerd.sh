@@ -48,8 +48,16 @@ start() {
   flock 9
   if ! answers; then
     echo "dockerd.sh: starting dockerd (log: $LOG) ..." >&2
-    # setsid: the daemon outlives the make/pytest process that started it.
-    setsid /usr/sbin/dockerd >>"$LOG" 2>&1 </dev/null &
+    # setsid: the daemon outlives the make/pytest process that started it. It must not
+    # inherit our other descriptors: a caller's lock (build.sh holds fd 8 on its build
+    # lock) would stay held by dockerd for its whole life and block the next build forever.
+    (
+      for fd in /proc/$BASHPID/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+      done
+      exec setsid /usr/sbin/dockerd >>"$LOG" 2>&1 </dev/null
+    ) &
     echo $! >"$PIDFILE"
     local i
     for i in $(seq 1 120); do
