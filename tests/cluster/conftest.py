@@ -11,11 +11,10 @@ or kubelet: objects are stored and validated, no pod runs. See docs/cluster-test
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,11 +23,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from tests.conftest import require_tool, shared_path
+from tests.conftest import REPO, require_tool, shared_path
+
+sys.path.insert(0, str(REPO / "scripts" / "cluster"))
+import harness as _harness  # noqa: E402
 
 VOLCANO_CRDS = (
     "batch.volcano.sh_jobs.yaml",
@@ -38,141 +36,17 @@ VOLCANO_CRDS = (
 START_TIMEOUT = 120.0  # seconds for etcd + kube-apiserver to become ready on a loaded machine
 
 
-# --- certificates --------------------------------------------------------------------------
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _cert(subject: x509.Name, key, issuer: x509.Name, signer, *, ca=False, usage=None, sans=()):
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if usage:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    return builder.sign(signer, hashes.SHA256())
+# --- certificates and kubeconfig: the cluster harness's (scripts/cluster/harness.py) ----------
 
 
 def write_pki(directory: Path) -> dict[str, Path]:
     """CA, apiserver serving cert (127.0.0.1/localhost), service-account keys, admin cert."""
     directory.mkdir(parents=True, exist_ok=True)
-    files: dict[str, bytes] = {}
-    ca_key = _key()
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "elasticctr-test-ca")])
-    ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
-    files["ca.crt"] = ca.public_bytes(serialization.Encoding.PEM)
-
-    server_key = _key()
-    server = _cert(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
-        server_key,
-        ca_name,
-        ca_key,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
-        sans=(
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.DNSName("localhost"),
-            x509.DNSName("kubernetes.default.svc"),
-        ),
-    )
-    files["apiserver.crt"] = server.public_bytes(serialization.Encoding.PEM)
-    files["apiserver.key"] = _pem_key(server_key)
-
-    admin_key = _key()
-    admin = _cert(
-        x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                x509.NameAttribute(NameOID.COMMON_NAME, "elasticctr-test-admin"),
-            ]
-        ),
-        admin_key,
-        ca_name,
-        ca_key,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
-    files["admin.crt"] = admin.public_bytes(serialization.Encoding.PEM)
-    files["admin.key"] = _pem_key(admin_key)
-
-    sa_key = _key()
-    files["sa.key"] = _pem_key(sa_key)
-    files["sa.pub"] = sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    paths = {}
-    for name, data in files.items():
-        path = directory / name
-        path.write_bytes(data)
-        path.chmod(0o600)
-        paths[name] = path
-    return paths
+    return _harness.write_pki(directory, "127.0.0.1")
 
 
 def write_kubeconfig(path: Path, server: str, pki: dict[str, Path]) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "test",
-                        "cluster": {
-                            "server": server,
-                            "certificate-authority": str(pki["ca.crt"]),
-                        },
-                    }
-                ],
-                "users": [
-                    {
-                        "name": "admin",
-                        "user": {
-                            "client-certificate": str(pki["admin.crt"]),
-                            "client-key": str(pki["admin.key"]),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
-                "current-context": "test",
-            }
-        )
-    )
-    path.chmod(0o600)
-    return path
+    return _harness.kubeconfig(path, server, pki, "admin")
 
 
 # --- processes -----------------------------------------------------------------------------
