@@ -129,3 +129,39 @@ def test_delete(fileserver):
     assert requests.delete(f"{url}/tmp/x", headers=auth(), timeout=5).status_code == 204
     assert not (root / "tmp" / "x").exists()
     assert requests.delete(f"{url}/", headers=auth(), timeout=5).status_code == 400
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics:\n{text}")
+
+
+def test_metrics_count_reads_writes_deletes_and_refusals(fileserver):
+    url, root = fileserver
+    before = requests.get(f"{url}/metrics", timeout=5)
+    assert before.status_code == 200 and before.headers["Content-Type"].startswith("text/plain")
+    served0 = _metric(before.text, "elasticctr_fileserver_bytes_served_total")
+    stored0 = _metric(before.text, "elasticctr_fileserver_files_stored_total")
+    refused0 = _metric(before.text, "elasticctr_fileserver_unauthorized_total")
+    deletes0 = _metric(before.text, "elasticctr_fileserver_deletes_total")
+
+    put = requests.put(f"{url}/m/one.bin", data=b"x" * 1000, headers=auth(), timeout=5)
+    put.raise_for_status()
+    assert requests.get(f"{url}/m/one.bin", timeout=5).content == b"x" * 1000
+    ranged = requests.get(f"{url}/m/one.bin", headers={"Range": "bytes=0-9"}, timeout=5)
+    assert ranged.status_code == 206
+    assert requests.put(f"{url}/m/two.bin", data=b"y", timeout=5).status_code == 401
+    assert requests.delete(f"{url}/m/one.bin", headers=auth(), timeout=5).status_code == 204
+
+    after = requests.get(f"{url}/metrics", timeout=5).text
+    assert _metric(after, "elasticctr_fileserver_bytes_served_total") == served0 + 1010
+    assert _metric(after, "elasticctr_fileserver_files_stored_total") == stored0 + 1
+    assert _metric(after, "elasticctr_fileserver_unauthorized_total") == refused0 + 1
+    assert _metric(after, "elasticctr_fileserver_deletes_total") == deletes0 + 1
+    assert "elasticctr_fileserver_http_connections " in after
+    # /metrics is reserved: writing a file of that name is refused, nothing is stored.
+    reserved = requests.put(f"{url}/metrics", data=b"z", headers=auth(), timeout=5)
+    assert reserved.status_code == 400 and "reserved" in reserved.json()["error"]["message"]
+    assert not (root / "metrics").exists()

@@ -3,6 +3,7 @@
 Served by the threaded front end of elasticctr.httpd (timeouts, connection cap, framing
 checks, one error body): the fileserver moves whole artifacts (model versions, data
 files), not many tiny requests; a thread per connection streams them to and from disk.
+Two paths are reserved and never name a file: /healthz and /metrics (prometheus_client).
 """
 
 from __future__ import annotations
@@ -19,8 +20,18 @@ import urllib.parse
 from http import HTTPStatus
 from pathlib import Path
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
 from elasticctr.errors import EctlError
-from elasticctr.httpd import HardenedHandler, HttpError, Limits, ThreadedServer, bearer_ok
+from elasticctr.httpd import (
+    HardenedHandler,
+    HttpError,
+    Limits,
+    ThreadedServer,
+    bearer_ok,
+    stats_metrics,
+)
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _CHUNK = 1 << 20
@@ -45,12 +56,48 @@ class FileServer(ThreadedServer):
         self.token = token or None
         self.read_token = read_token
         self.max_upload_bytes = max_upload_bytes
+        # Operation counters (handler threads add under the lock; read at scrape time).
+        self.counts_lock = threading.Lock()
+        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
         super().__init__(address, _Handler, limits or Limits.from_env())
+
+    def count(self, **increments: int) -> None:
+        with self.counts_lock:
+            for name, n in increments.items():
+                self.counts[name] += n
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+
+_RESERVED = ("/healthz", "/metrics")
+
+_COUNTERS = {
+    "files_served": "File bodies sent (GET, whole or ranged).",
+    "bytes_served": "Bytes of file bodies sent.",
+    "files_stored": "Files written (each an atomic rename).",
+    "bytes_stored": "Bytes of files written.",
+    "deletes": "Paths deleted.",
+    "unauthorized": "Requests refused for a missing or wrong bearer token.",
+}
+
+
+class _Collector:
+    """Fileserver counters and the HTTP layer's stats as Prometheus families."""
+
+    def __init__(self, server: FileServer):
+        self.server = server
+
+    def collect(self):
+        with self.server.counts_lock:
+            counts = dict(self.server.counts)
+        for name, doc in _COUNTERS.items():
+            yield CounterMetricFamily(f"elasticctr_fileserver_{name}", doc, value=counts[name])
+        yield from stats_metrics("elasticctr_fileserver", self.server.stats)
 
 
 class _Handler(HardenedHandler):
@@ -65,6 +112,7 @@ class _Handler(HardenedHandler):
     def _send_error(self, status: HTTPStatus, message: str, code: str | None = None) -> None:
         headers = {}
         if status == HTTPStatus.UNAUTHORIZED:
+            self.server.count(unauthorized=1)
             headers["WWW-Authenticate"] = 'Bearer realm="elasticctr"'
         self.send_json_error(int(status), code, message, headers)
 
@@ -95,6 +143,10 @@ class _Handler(HardenedHandler):
         path = urllib.parse.urlsplit(self.path).path
         if path == "/healthz":
             return self._send_bytes(b"ok\n", "text/plain", head=head)
+        if path == "/metrics":
+            return self._send_bytes(
+                generate_latest(self.server.registry), CONTENT_TYPE_LATEST, head=head
+            )
         if self.server.read_token and not self._authorized():
             return self._send_error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         target = self._resolve()
@@ -188,6 +240,7 @@ class _Handler(HardenedHandler):
                     break
                 self.wfile.write(chunk)
                 remaining -= len(chunk)
+        self.server.count(files_served=1, bytes_served=length - remaining)
 
     # -- writes ----------------------------------------------------------------------
     def do_PUT(self) -> None:  # noqa: N802
@@ -205,6 +258,11 @@ class _Handler(HardenedHandler):
             return
         if target == self.server.root or self.path.endswith("/"):
             return self._send_error(HTTPStatus.BAD_REQUEST, "cannot write to a directory path")
+        if urllib.parse.urlsplit(self.path).path in _RESERVED:
+            self.discard_body()
+            return self._send_error(
+                HTTPStatus.BAD_REQUEST, f"{self.path} is reserved by the fileserver"
+            )
         if self.body_length == 0 and "Content-Length" not in self.headers:
             return self._send_error(
                 HTTPStatus.LENGTH_REQUIRED, "Content-Length or chunked encoding is required"
@@ -231,6 +289,7 @@ class _Handler(HardenedHandler):
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
+            self.server.count(files_stored=1, bytes_stored=written)
         except HttpError as exc:
             os.unlink(tmp)
             self.close_connection = True
@@ -261,6 +320,7 @@ class _Handler(HardenedHandler):
             target.unlink()
         else:
             return self._send_error(HTTPStatus.NOT_FOUND, f"{self.path} not found")
+        self.server.count(deletes=1)
         self.send_response(HTTPStatus.NO_CONTENT)
         self.send_header("Content-Length", "0")
         self.end_headers()
