@@ -188,6 +188,7 @@ def test_packages_are_the_pinned_ones_and_only_what_the_image_needs(docker, imag
     assert installed["elasticctr"] == project["version"]
     assert ("paddlepaddle" in installed) == (image in ("train", "serving"))
     assert "aiohttp" in installed  # fsspec's http:// stores
+    assert "prometheus-client" in installed  # every service's /metrics (a core dependency)
     for absent in ("pytest", "ruff", "kubernetes", "scikit-learn"):
         assert absent not in installed, f"{absent} (dev/kube extra) in {image}"
     if image == "fileserver":

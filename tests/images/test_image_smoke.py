@@ -68,6 +68,15 @@ def test_fileserver_serves_and_stores_files(docker, images, scratch):
     # Written by uid 10001 inside the container, onto the host directory.
     stored = root / "models" / "x.bin"
     assert stored.read_bytes() == b"\x00\x01\x02" and stored.stat().st_uid == 10001
+    # /metrics through prometheus_client (a core dependency: this image has only core).
+    metrics = httpx.get(f"{base}/metrics")
+    assert metrics.status_code == 200, metrics.text
+    lines = dict(
+        line.split(" ", 1) for line in metrics.text.splitlines() if not line.startswith("#")
+    )
+    assert float(lines["elasticctr_fileserver_files_stored_total"]) == 1
+    assert float(lines["elasticctr_fileserver_bytes_stored_total"]) == 3
+    assert float(lines["elasticctr_fileserver_unauthorized_total"]) == 1
 
 
 def test_cube_shard_loads_a_version_and_answers_lookups(docker, images, scratch):
