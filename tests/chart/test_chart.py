@@ -283,3 +283,29 @@ def _walk(node: dict, where: str, chart_dir, open_ok: set[str]) -> None:
             elif name not in open_ok:
                 assert "required" in prop, f"{path} has no required list"
             _walk(prop, f"{where}.{name}", chart_dir, open_ok)
+
+
+def _containers(doc: dict) -> list[dict]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Job" and "tasks" in spec:  # Volcano Job
+        return [c for t in spec["tasks"] for c in t["template"]["spec"]["containers"]]
+    pod = (spec.get("template") or {}).get("spec") or {}
+    return pod.get("containers", [])
+
+
+def test_every_probe_tolerates_a_busy_node(helm):
+    """Kubernetes' default probe timeout (1 s) killed MLflow on the one-node cluster while a
+    worker handled an artifact upload: every probe waits 5 s."""
+    rendered = render(helm, "-f", str(REPO / "values" / "demo.yaml"))
+    assert rendered.returncode == 0, rendered.stderr
+    probes = [
+        (doc["metadata"]["name"], c["name"], kind, c[kind])
+        for doc in yaml.safe_load_all(rendered.stdout)
+        if doc
+        for c in _containers(doc)
+        for kind in ("readinessProbe", "livenessProbe", "startupProbe")
+        if kind in c
+    ]
+    assert len(probes) >= 10, probes
+    short = [(n, c, k) for n, c, k, p in probes if p.get("timeoutSeconds", 1) < 5]
+    assert not short, short

@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import pytest
 from serving_helpers import ServeProc
-from test_serving import SLOTS, V1
+from test_serving import SLOTS, V1, V2
 from tests.conftest import shared_path
 
 pytestmark = pytest.mark.integration
@@ -55,3 +55,52 @@ def test_served_version_is_logged_and_the_pyfunc_matches_the_service(tmp_path):
     # bad lines are refused with the parser's message, not a crash
     with pytest.raises(ValidationError, match="click 3 > show 1"):
         model.predict(pd.DataFrame({"line": ["1 3 5:0"]}))
+
+
+def test_registry_alias_serving_follows_every_switch_and_rollback(tmp_path):
+    """Training registers each published version (elasticctr.train.registry); serving moves
+    the registered model's alias `serving` to the version it answers with, on every switch,
+    a rollback included, so MLflow says which version is live."""
+    import mlflow
+
+    from elasticctr import mlflowreg
+    from elasticctr.serving.testing import write_version
+    from elasticctr.train import registry
+
+    store = tmp_path / "store"
+    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    numbers = {}
+    for version in (V1, V2):
+        vdir = write_version(store, version, slots=SLOTS, dim=8, keys=[1, 2, 3], seed=1)
+        mv = registry.register_version(db, version, str(vdir), vdir / "manifest.json")
+        assert mv is not None
+        numbers[version] = str(mv.version)
+    client = mlflow.MlflowClient(tracking_uri=db, registry_uri=db)
+    name = mlflowreg.registered_model_name()
+
+    def alias_points_at(version: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if (
+                    str(client.get_model_version_by_alias(name, "serving").version)
+                    == numbers[version]
+                ):
+                    return
+            except mlflow.exceptions.MlflowException:
+                pass  # no alias yet
+            assert time.monotonic() < deadline, f"alias not on {version}\n{proc.text()}"
+            time.sleep(0.5)
+
+    proc = ServeProc(["--store", str(store), "--version", V1, "--poll-interval", "0.5",
+                      "--mlflow-tracking-uri", db, "--cache", str(tmp_path / "c")],
+                     tmp_path / "serve.log")  # fmt: skip
+    try:
+        proc.wait_ready()
+        alias_points_at(V1)
+        for target in (V2, V1):  # a switch, then a rollback
+            r = httpx.post(proc.url + "/admin/version", json={"version": target}, timeout=60)
+            assert r.status_code == 200 and r.json()["changed"], r.text
+            alias_points_at(target)
+    finally:
+        proc.stop()

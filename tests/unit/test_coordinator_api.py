@@ -81,3 +81,63 @@ def test_client_gives_up_with_clear_error_when_unreachable():
     client = CoordinatorClient("http://127.0.0.1:9", "0", retry_seconds=0.5)
     with pytest.raises(EctlError, match="unreachable"):
         client.lease()
+    with pytest.raises(EctlError, match="unreachable"):
+        client.progress()
+
+
+def test_progress_waits_for_a_coordinator_that_starts_late():
+    """In a Volcano Job the trainers start with the coordinator pod: the first progress
+    call (before any lease) must wait for it to listen, not fail the trainer (seen on the
+    one-node cluster: both trainers restarted twice with 'Connection refused')."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    coord = Coordinator(task_bytes=100, lease_seconds=30)
+    started: dict = {}
+
+    def start_late():
+        server = CoordinatorServer(("127.0.0.1", port), coord)
+        started["server"] = server
+        server.serve_forever(poll_interval=0.05)
+
+    timer = threading.Timer(0.6, start_late)
+    timer.start()
+    try:
+        progress = CoordinatorClient(f"http://127.0.0.1:{port}", "0", retry_seconds=20).progress()
+        assert progress["samples"] == 0 and not progress["finished"]
+    finally:
+        while timer.is_alive() and "server" not in started:
+            timer.join(0.05)
+        started["server"].shutdown()
+        started["server"].server_close()
+        timer.join()
+
+
+def test_progress_from_the_stored_state_matches_the_live_one(api):
+    """`ectl status` of a completed job (coordinator pod gone) reads the durable state."""
+    from elasticctr.coordinator.core import progress_from_state
+
+    coord, url = api
+    errors: list[Exception] = []
+    specs = [
+        PartitionSpec("20200401/00", (("file:///x/part-0", 150),)),
+        PartitionSpec("20200401/01", (("file:///x/part-0", 50),)),
+    ]
+    feed(coord, specs, errors.append).join(timeout=5)
+    client = CoordinatorClient(url, "0")
+    while (got := client.lease())["kind"] != "finished":
+        if got["kind"] == "task":
+            client.complete(got["lease"], 7)
+        elif got["kind"] == "export":
+            client.exported(got["partition"], got["partition"], checkpoint=False)
+    live, stored = coord.progress(), progress_from_state(coord.snapshot())
+    assert stored["stored"] and not errors
+    for key in ("tasks_done", "tasks_retried", "samples"):
+        assert stored[key] == live[key], key
+    assert [
+        (p["partition"], p["done"], p["samples"], p["exported"]) for p in stored["partitions"]
+    ] == [(p["partition"], p["done"], p["samples"], p["exported"]) for p in live["partitions"]]
+    with pytest.raises(EctlError, match="not valid JSON"):
+        progress_from_state("{truncated")

@@ -345,6 +345,19 @@ def test_followed_log_chunks_become_whole_lines():
             ["another operation", "ectl rollback"],
         ),
         (b"Error: release: not found\n", 1, ["release: not found", "ectl install"]),
+        # --wait gave up (seen on the one-node cluster when MLflow was OOM-killed): not an
+        # unreachable cluster
+        (
+            b"Error: INSTALLATION FAILED: context deadline exceeded\n",
+            1,
+            ["timed out waiting", "ectl status", "--timeout"],
+        ),
+        (
+            b'Error: Kubernetes cluster unreachable: Get "https://10.0.0.1:6443/version": '
+            b"context deadline exceeded\n",
+            3,
+            ["Kubernetes cluster unreachable", "ectl doctor"],
+        ),
         (
             b"WARNING: kubeconfig is group-readable\nError: INSTALLATION FAILED: quota exceeded\n",
             1,

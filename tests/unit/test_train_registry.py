@@ -209,3 +209,48 @@ def test_trainer_registration_with_mlflow_down_warns_and_carries_on(
     assert tracker.register(VERSION, {"exported_to": ""}, built) is None
     quiet = _Tracker(from_values({"global": {"data": {"slots": [0]}}, "trainer": {}}), None)
     assert quiet.register(VERSION, {"exported_to": target}, built) is None
+
+
+def test_tracking_with_mlflow_down_never_holds_up_training(tmp_path: Path, monkeypatch, capsys):
+    """MLflow calls run on the tracker's thread: with the tracking server down (its pod
+    OOM-killed on the one-node cluster held trainer 0, and so the job, for minutes) a
+    submitted update returns at once, and exit waits only the flush timeout, then warns."""
+    import time
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "2")
+    dead = f"http://127.0.0.1:{free_port()}"
+    cfg = from_values(
+        {"global": {"data": {"slots": [0, 1]}, "mlflow": {"trackingUri": dead}}, "trainer": {}}
+    )
+    renv = SimpleNamespace(pserver_endpoints=["127.0.0.1:1"], trainers_num=1)
+    tracker = _Tracker(cfg, renv)
+    t0 = time.monotonic()
+    for hour in range(3):
+        tracker.submit("logging", tracker.log, SimpleNamespace(index=hour, version_id="x"), {})
+    assert time.monotonic() - t0 < 0.5
+    t0 = time.monotonic()
+    tracker.close(timeout=1.0)
+    assert time.monotonic() - t0 < 3
+    out = capsys.readouterr().out
+    assert f"MLflow at {dead} did not take" in out and "dropped" in out
+
+
+def test_tracker_thread_logs_a_failing_call_and_goes_on(capsys):
+    cfg = from_values(
+        {"global": {"data": {"slots": [0]}, "mlflow": {"trackingUri": "http://x"}}, "trainer": {}}
+    )
+    tracker, done = _Tracker(cfg, None), []
+
+    def boom():
+        raise RuntimeError("tracking server said no")
+
+    tracker.submit("first update", boom)
+    tracker.submit("second update", done.append, 2)
+    tracker._queue.put(None)
+    tracker._worker.join(10)
+    assert done == [2]
+    assert "WARNING: MLflow first update failed: RuntimeError: tracking server said no" in (
+        capsys.readouterr().out
+    )

@@ -145,6 +145,9 @@ ENV_MLFLOW_EXPERIMENT = "ECTL_MLFLOW_EXPERIMENT"
 """MLflow experiment of training runs (default `elasticctr`)."""
 ENV_MLFLOW_REGISTERED_MODEL = "ECTL_MLFLOW_REGISTERED_MODEL"
 """MLflow registered model that training adds every exported version to."""
+ENV_MLFLOW_FLUSH_SECONDS = "ECTL_MLFLOW_FLUSH_SECONDS"
+"""How long a trainer's exit waits for MLflow updates still queued (tracking server down)."""
+DEFAULT_MLFLOW_FLUSH_SECONDS = 120.0
 DEFAULT_MLFLOW_REGISTERED_MODEL = "elasticctr"
 MLFLOW_TAG_VERSION = "elasticctr.version"
 """Tag naming the model version id (YYYYMMDD/HH): on registered model versions (training)

@@ -191,8 +191,10 @@ UNREACHABLE_MARKERS = (
     "no configuration has been provided",
     "invalid configuration",
     "tls handshake timeout",
-    "context deadline exceeded",
 )
+
+# helm's --wait gave up: the release exists but some resource did not become ready in time.
+WAIT_TIMEOUT_MARKERS = ("context deadline exceeded", "timed out waiting for the condition")
 
 
 def helm_error(exc: Exception, what: str) -> EctlError:
@@ -207,7 +209,13 @@ def helm_error(exc: Exception, what: str) -> EctlError:
     message = lines[-1] if lines else str(exc) or type(exc).__name__
     message = message.removeprefix("Kubernetes cluster unreachable: ")
     low = text.lower()
-    if any(marker in low for marker in UNREACHABLE_MARKERS):
+    if "cluster unreachable" not in low and any(m in low for m in WAIT_TIMEOUT_MARKERS):
+        return EctlError(
+            f"{what}: timed out waiting for the release's pods and hook Jobs to become "
+            f"ready ({message})",
+            hint="`ectl status` shows which part is not ready (and why); raise --timeout",
+        )
+    if any(marker in low for marker in UNREACHABLE_MARKERS + WAIT_TIMEOUT_MARKERS):
         return EctlError(
             f"{what}: Kubernetes cluster unreachable ({message})",
             hint="check --kubeconfig/--context, then run `ectl doctor`",

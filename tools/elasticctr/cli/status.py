@@ -142,6 +142,23 @@ def _newest_version(core, namespace: str, service) -> str | None:
     return newest_version(lambda path: _proxy_get(core, namespace, service, path))
 
 
+def _stored_progress(core, namespace: str, service) -> dict:
+    """No running coordinator (the job completed, or is restarting): its durable record in
+    the release's fileserver store says what was trained and exported."""
+    from elasticctr.coordinator.core import progress_from_state
+    from elasticctr.coordinator.runtime import STATE_FILE
+
+    if service is None:
+        return {"unavailable": "no running coordinator pod"}
+    state = _try("fileserver", _proxy_get, core, namespace, service, f"models/{STATE_FILE}")
+    if not isinstance(state, dict) or "unavailable" in state:
+        return {"unavailable": "no running coordinator pod, and no stored progress"}
+    try:
+        return progress_from_state(json.dumps(state))
+    except EctlError as exc:
+        return {"unavailable": f"stored coordinator progress: {exc.message}"}
+
+
 def _cube_committed(core, namespace: str, service) -> Any:
     """The committed version of the cube shard the Service routes to (all shards agree
     after cube-transfer's phase 2; a straggler is reconciled on its next poll)."""
@@ -218,7 +235,7 @@ def collect_status(target: Target) -> dict[str, Any]:
             _try("coordinator", _pod_proxy_get, core, namespace, coordinators[0],
                  COORDINATOR_PROGRESS_PATH)
             if coordinators
-            else {"unavailable": "no running coordinator pod"}
+            else _stored_progress(core, namespace, by_component.get("fileserver"))
         )  # fmt: skip
         status["model"] = {
             "newestVersion": _try(
@@ -345,7 +362,7 @@ def _print_status(s: dict[str, Any]) -> None:
         parts = coord.get("partitions", [])
         exported = sum(1 for p in parts if p.get("exported"))
         summary.add_row(
-            "coordinator",
+            "coordinator" + (" (stored; not running)" if coord.get("stored") else ""),
             f"{exported}/{len(parts)} partitions exported, tasks done {coord['tasks_done']}, "
             f"leased {coord['tasks_leased']}, pending {coord['tasks_pending']}, "
             f"retried {coord['tasks_retried']}, samples {coord['samples']}",

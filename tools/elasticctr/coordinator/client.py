@@ -22,15 +22,20 @@ class CoordinatorClient:
         self.timeout = timeout
         self._session = requests.Session()
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.2
         while True:
             try:
-                resp = self._session.post(
-                    self.url + path, json={"trainer": self.trainer, **body}, timeout=self.timeout
+                resp = self._session.request(
+                    method,
+                    self.url + path,
+                    json=None if body is None else {"trainer": self.trainer, **body},
+                    timeout=self.timeout,
                 )
             except requests.ConnectionError as exc:
+                # Refused or reset: the coordinator is (re)starting, e.g. its pod is not
+                # listening yet when the trainers of the same Volcano Job start.
                 if time.monotonic() >= deadline:
                     raise EctlError(
                         f"coordinator at {self.url} unreachable for "
@@ -44,6 +49,9 @@ class CoordinatorClient:
                     f"coordinator {path} answered {resp.status_code}: {resp.text[:300]}"
                 )
             return resp.json()
+
+    def _post(self, path: str, body: dict) -> dict:
+        return self._call("POST", path, body)
 
     def lease(self) -> dict:
         return self._post("/v1/lease", {})
@@ -69,6 +77,4 @@ class CoordinatorClient:
         self._post("/v1/loaded", {"version": version})
 
     def progress(self) -> dict:
-        resp = self._session.get(self.url + "/v1/progress", timeout=self.timeout)
-        resp.raise_for_status()
-        return resp.json()
+        return self._call("GET", "/v1/progress")

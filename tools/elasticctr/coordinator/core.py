@@ -456,6 +456,33 @@ def parse_state(text: str) -> dict:
     return state
 
 
+def progress_from_state(text: str) -> dict:
+    """What `Coordinator.progress()` says, as far as the durable state holds it: for a job
+    whose coordinator is gone (completed, or between restarts). No leases, no trainers'
+    rates; partitions are those with a done task or an export."""
+    state = parse_state(text)
+    parts: dict[str, dict] = {}
+    for task_id, done in state["done"].items():
+        part = parts.setdefault(
+            task_id.split("#", 1)[0], {"done": 0, "samples": 0, "exported": False}
+        )
+        part["done"] += 1
+        part["samples"] += int(done.get("samples", 0))
+    for pid in state["exported"]:
+        parts.setdefault(pid, {"done": 0, "samples": 0, "exported": False})["exported"] = True
+    return {
+        "partitions": [{"partition": pid, **parts[pid]} for pid in sorted(parts)],
+        "tasks_done": len(state["done"]),
+        "tasks_leased": 0,
+        "tasks_pending": 0,
+        "tasks_retried": sum(1 for d in state["done"].values() if d.get("attempts", 1) > 1),
+        "samples": sum(int(d.get("samples", 0)) for d in state["done"].values()),
+        "trainers": {},
+        "input_closed": bool(state.get("input_closed")),
+        "stored": True,
+    }
+
+
 def state_for_restart(checkpoint_state: str | None) -> str:
     """The state a job restarted from a checkpoint starts with: the checkpoint's own
     snapshot plus a pending load of it, or an empty state when there is no checkpoint

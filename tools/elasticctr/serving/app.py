@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -259,6 +260,49 @@ class VersionManager:
         # The last poll learned that no model version exists yet (cube has committed none,
         # or the store holds none): ready with nothing to serve (readyz, docs/serving.md).
         self.no_version_yet = False
+        # MLflow registry alias `serving` (elasticctr.mlflowreg): the version it points at,
+        # and when to try again after a failure or a version training has not registered yet.
+        self.alias: str | None = None
+        self._alias_task: asyncio.Task | None = None
+        self._alias_retry_at = 0.0
+        self._alias_pool: ThreadPoolExecutor | None = None
+
+    def sync_alias(self) -> None:
+        """Start moving the registry alias to the current version when it points elsewhere
+        (one call at a time, in its own thread: MLflow's client retries for minutes)."""
+        if not self.cfg.mlflow_tracking_uri or self.current is None:
+            return
+        if self.current.version == self.alias or time.monotonic() < self._alias_retry_at:
+            return
+        if self._alias_task is not None and not self._alias_task.done():
+            return
+        self._alias_task = asyncio.get_running_loop().create_task(
+            self._set_alias(self.current.version)
+        )
+
+    async def _set_alias(self, version: str) -> None:
+        from elasticctr import mlflowreg
+
+        if self._alias_pool is None:
+            self._alias_pool = ThreadPoolExecutor(1, thread_name_prefix="mlflow-alias")
+        loop = asyncio.get_running_loop()
+        try:
+            number = await loop.run_in_executor(
+                self._alias_pool, mlflowreg.set_serving_alias, self.cfg.mlflow_tracking_uri,
+                version,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the registry is extra; serving goes on
+            log.warning("MLflow alias not moved to %s: %s", version, exc)
+            self._alias_retry_at = time.monotonic() + 30
+            return
+        if number is None:  # training registers a version after publishing it
+            self._alias_retry_at = time.monotonic() + 5
+            return
+        self.alias = version
+        log.info(
+            "MLflow: alias %r of %s -> registered version %s (%s)",
+            mlflowreg.SERVING_ALIAS, mlflowreg.registered_model_name(), number, version,
+        )  # fmt: skip
 
     def _load(self, version: str) -> ServingVersion:
         """Blocking: fetch + verify + build the predictor (runs in a worker thread)."""
@@ -310,6 +354,7 @@ class VersionManager:
             log.info("serving version %s (was %s)", version, prev)
             if self.cfg.mlflow_tracking_uri:
                 asyncio.get_running_loop().create_task(self._log_mlflow(version))
+                self.sync_alias()
             return prev, True
 
     async def _log_mlflow(self, version: str) -> None:
@@ -346,6 +391,7 @@ class VersionManager:
         return await loop.run_in_executor(None, store.latest_version, self.cfg.store)
 
     async def poll_once(self) -> None:
+        self.sync_alias()
         try:
             want = await self.wanted()
         except (EctlError, OSError) as exc:

@@ -77,7 +77,7 @@ def write_version(
             rel = f"sparse/part-{i:05d}.{suffix}.npy"
             np.save(vdir / rel, arr)
     meta = {
-        "model": "test-dnn",
+        "model": {"name": "test-dnn", "params": {}},  # the shape training writes
         "slots": list(slots),
         "embedding_dim": dim,
         "sparse_dim": sparse_dim,

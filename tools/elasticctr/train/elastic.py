@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticctr import constants as C
+from elasticctr import versions
 from elasticctr.coordinator.client import CoordinatorClient
 from elasticctr.coordinator.core import CHECKPOINT_STATE
 from elasticctr.errors import EctlError
@@ -356,6 +358,8 @@ def _track(tracker, client: CoordinatorClient, partition: str, result: dict, ver
     """MLflow: the version's metrics plus the coordinator's progress, then register the
     version (roles._Tracker; a no-op without a tracking URI, never raises on
     registration). Step = the number of hours exported so far."""
+    if not tracker.cfg.mlflow_uri:
+        return
     try:
         progress = client.progress()
     except Exception as exc:  # noqa: BLE001 - progress is extra; the export is done
@@ -370,12 +374,24 @@ def _track(tracker, client: CoordinatorClient, partition: str, result: dict, ver
             job_trainers=len(progress["trainers"]),
             job_samples_per_sec=sum(t["samples_per_s"] for t in progress["trainers"].values()),
         )
-    try:
-        tracker.log(roles.Partition(partition, max(step - 1, 0)), logged)
-    except Exception as exc:  # noqa: BLE001 - tracking must not stop training
-        log(f"{partition}: MLflow logging failed: {exc}")
+    # The staging copy of the version goes away after this call: keep the manifest the
+    # registration reads (tags, sha256) in memory until the tracker's thread gets to it.
+    manifest = Path(version_dir) / versions.MANIFEST
+    manifest_bytes = manifest.read_bytes() if manifest.exists() else None
+    tracker.submit(
+        f"logging of {partition}", _log_and_register, tracker, partition, step, logged,
+        result, manifest_bytes,
+    )  # fmt: skip
+
+
+def _log_and_register(tracker, partition, step, logged, result, manifest_bytes) -> None:
+    """On the tracker's thread: the metrics, then the registration (never raises)."""
+    tracker.log(roles.Partition(partition, max(step - 1, 0)), logged)
+    if manifest_bytes is None:
         return
-    mv = tracker.register(partition, result, Path(version_dir))
+    with tempfile.TemporaryDirectory(prefix="ectl-register-") as tmp:
+        (Path(tmp) / versions.MANIFEST).write_bytes(manifest_bytes)
+        mv = tracker.register(partition, result, Path(tmp))
     if mv is not None:
         log(f"{partition}: registered as model version {mv.version}")
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from elasticctr import constants as C
 from elasticctr import modelstore, versions
+from elasticctr.mlflowreg import client_for, find_registered, registered_model_name
 
 TAG_MODEL = "elasticctr.model"
 TAG_AUC = "elasticctr.auc"
@@ -57,11 +58,6 @@ def _print(msg: str) -> None:
     print(f"[ectl-train {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def registered_model_name() -> str:
-    """The registered model training adds versions to ($ECTL_MLFLOW_REGISTERED_MODEL)."""
-    return os.environ.get(C.ENV_MLFLOW_REGISTERED_MODEL) or C.DEFAULT_MLFLOW_REGISTERED_MODEL
-
-
 def store_url(target: str) -> str:
     """The model-store location of a version as a URL: paths become absolute file:// URLs."""
     if "://" in target:
@@ -72,9 +68,10 @@ def store_url(target: str) -> str:
 def version_tags(version_id: str, manifest: dict[str, Any], manifest_sha256: str) -> dict:
     """The registry tags of a version, all from its manifest (strings, as MLflow keeps them)."""
     metrics = manifest.get("metrics") or {}
+    model = manifest.get("model")  # {"name", "params"} from training; a bare name is read too
     tags = {
         C.MLFLOW_TAG_VERSION: version_id,
-        TAG_MODEL: str((manifest.get("model") or {}).get("name", "")),
+        TAG_MODEL: str(model.get("name", "")) if isinstance(model, dict) else str(model or ""),
         TAG_MANIFEST_SHA256: manifest_sha256,
         TAG_SPARSE_ROWS: str((manifest.get("sparse") or {}).get("rows", "")),
     }
@@ -110,14 +107,6 @@ def _ensure_registered_model(client, name: str) -> None:
             raise
 
 
-def find_registered(client, name: str, version_id: str):
-    """The registered version of `name` tagged with `version_id`, else None."""
-    found = client.search_model_versions(
-        f"name = '{name}' and tags.`{C.MLFLOW_TAG_VERSION}` = '{version_id}'"
-    )
-    return found[0] if found else None
-
-
 def register_version(
     tracking_uri: str,
     version_id: str,
@@ -143,9 +132,7 @@ def register_version(
         tags = version_tags(version_id, manifest, versions.sha256_file(manifest_path))
         tags[TAG_STORE_URL] = url
         if client is None:
-            from mlflow import MlflowClient
-
-            client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+            client = client_for(tracking_uri)
         _ensure_registered_model(client, name)
         existing = find_registered(client, name, version_id)
         if existing is not None:

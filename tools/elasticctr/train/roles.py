@@ -16,8 +16,10 @@ timeout and a clear error, instead of Paddle's "push dense param failed".
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -647,13 +649,35 @@ def _export_partition(
 class _Tracker:
     """MLflow run of this training job (trainer 0 only); a no-op without a tracking URI.
 
-    The run starts at the first logged partition, not at start-up, so training never
-    waits for the tracking server (mlflow's client retries while it comes up).
+    The run starts at the first logged partition, not at start-up. `submit` runs MLflow
+    calls on the tracker's own thread, in order, so training never waits for the tracking
+    server: with MLflow down (seen on the one-node cluster: its pod OOM-killed) the client
+    retries each call for minutes, which stalled every trainer behind trainer 0's export.
     """
 
     def __init__(self, cfg: TrainConfig, renv: role_env.RoleEnv):
         self.cfg, self.renv = cfg, renv
         self.run = None
+        self._queue: queue.Queue | None = None
+        self._worker: threading.Thread | None = None
+
+    def submit(self, what: str, fn, *args) -> None:
+        """Run fn(*args) on the tracker's thread; a failure is logged as a warning."""
+        if not self.cfg.mlflow_uri:
+            return
+        if self._worker is None:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._drain, name="mlflow", daemon=True)
+            self._worker.start()
+        self._queue.put((what, fn, args))
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            what, fn, args = item
+            try:
+                fn(*args)
+            except Exception as exc:  # noqa: BLE001 - tracking must not stop training
+                log(f"WARNING: MLflow {what} failed: {type(exc).__name__}: {exc}")
 
     def _start(self) -> None:
         import mlflow
@@ -706,9 +730,30 @@ class _Tracker:
             log=log,
         )
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """End the run after the queued updates; wait at most `timeout` seconds
+        ($ECTL_MLFLOW_FLUSH_SECONDS, 120) for them, then give up with a warning."""
+        if self._worker is not None:
+            if timeout is None:
+                timeout = float(
+                    os.environ.get(C.ENV_MLFLOW_FLUSH_SECONDS, C.DEFAULT_MLFLOW_FLUSH_SECONDS)
+                )
+            self._queue.put(("end of run", self._end, ()))
+            self._queue.put(None)
+            self._worker.join(timeout)
+            if self._worker.is_alive():
+                log(
+                    f"WARNING: MLflow at {self.cfg.mlflow_uri} did not take "
+                    f"{self._queue.qsize()} queued update(s) within {timeout:.0f}s; "
+                    "they are dropped (the model versions stay published)"
+                )
+            return
+        self._end()
+
+    def _end(self) -> None:
         if self.run is not None:
             self.mlflow.end_run()
+            self.run = None
 
 
 def main_pserver(cfg: TrainConfig) -> None:

@@ -181,18 +181,22 @@ spec:
       {{- if eq .role "coordinator" }}
       readinessProbe:
         httpGet: {path: /v1/progress, port: {{ .role }}}
+        timeoutSeconds: 5
         periodSeconds: 10
       livenessProbe:
         httpGet: {path: /v1/progress, port: {{ .role }}}
+        timeoutSeconds: 5
         initialDelaySeconds: 10
         periodSeconds: 20
         failureThreshold: 3
       {{- else if eq .role "pserver" }}
       readinessProbe:
         tcpSocket: {port: {{ .role }}}
+        timeoutSeconds: 5
         periodSeconds: 10
       livenessProbe:
         tcpSocket: {port: {{ .role }}}
+        timeoutSeconds: 5
         initialDelaySeconds: 60
         periodSeconds: 20
         failureThreshold: 6
