@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from elasticctr import constants as C
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 
@@ -21,7 +23,9 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     workdir = tmp_path / "qs"
     proc = subprocess.Popen(
         [*ECTL, "quickstart", "--workdir", str(workdir), "--keep-running", "-o", "json"]
-        + ["--hours", "3", "--lines", "6000", "--slots", "8", "--vocab", "500"],
+        # The demo's data model (16 slots, the demo vocabulary) and sample count (108k
+        # trained) in two training hours instead of three: one export less.
+        + ["--hours", "3", "--lines", "60000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -40,6 +44,7 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
         assert status.returncode == 0, status.stderr
         running = {p["component"] for p in json.loads(status.stdout)["processes"] if p["alive"]}
         assert {"serving", "mlflow", "cube-0", "cube-1", "cube-transfer"} <= running
+        tracked = _mlflow_readback(workdir)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
     finally:
@@ -51,8 +56,9 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     assert report["versions"] == ["20200401/00", "20200401/01"]
     assert report["served_version"] == "20200401/01"
     assert report["heldout"] == "20200401/02"
-    # Predictions of the held-out hour are better than chance (oracle is ~0.78).
-    assert 0.5 < report["auc"] <= report["oracle_auc"] + 0.02
+    # The demo data is learnable: served predictions of the held-out hour come within
+    # 0.03 of the oracle (the true click probabilities' AUC; docs/local.md).
+    assert report["oracle_auc"] - 0.03 <= report["auc"] <= report["oracle_auc"] + 0.01, report
     assert report["latency_ms_p50"] > 0
     # Elastic training: both trainers trained, and every training line not held out (the
     # hash rule every trainer skips) was counted exactly once by the coordinator.
@@ -67,13 +73,38 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     rows = {v: _manifest(workdir, v)["sparse"]["rows"] for v in report["versions"]}
     assert rows["20200401/00"] >= trained["feasigns"]["20200401/00"], (rows, trained)
     assert rows["20200401/01"] == trained["feasigns"]["20200401/01"], (rows, trained)
-    # MLflow holds the training run with its per-partition metrics.
-    assert report["mlflow_run"]
-    assert {"auc", "logloss"} <= set(report["mlflow_metrics"])
+    # MLflow (read back from the server while it ran) holds the training run with its
+    # per-partition metrics and the quickstart's final figures, in an experiment of the
+    # model-training kind; the printed link opens that view.
+    assert tracked["run_id"] == report["mlflow_run"]
+    assert {"auc", "logloss"} <= set(tracked["metrics"])
+    assert tracked["metrics"]["heldout_auc"] == pytest.approx(report["auc"])
+    assert tracked["metrics"]["heldout_logloss"] == pytest.approx(report["logloss"])
+    assert tracked["metrics"]["oracle_auc"] == pytest.approx(report["oracle_auc"])
+    assert tracked["kind"] == C.MLFLOW_EXPERIMENT_KIND
+    assert report["mlflow_run_url"].endswith(
+        f"/#/experiments/{tracked['experiment_id']}/runs/{report['mlflow_run']}?{C.MLFLOW_UI_QUERY}"
+    )
     # Ctrl-C stopped everything: no process of this work folder is left.
     leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
     assert not (workdir / "local.json").exists()
+
+
+def _mlflow_readback(workdir) -> dict:
+    """The newest run on the quickstart's MLflow server: id, metrics, experiment kind."""
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((workdir / "local.json").read_text())
+    client = MlflowClient(state["endpoints"]["mlflow"])
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    return {
+        "run_id": run.info.run_id,
+        "metrics": run.data.metrics,
+        "experiment_id": experiment.experiment_id,
+        "kind": experiment.tags.get(C.MLFLOW_EXPERIMENT_KIND_TAG),
+    }
 
 
 def _trained(workdir, hours: list[str]) -> dict:

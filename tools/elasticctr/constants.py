@@ -152,6 +152,13 @@ DEFAULT_MLFLOW_REGISTERED_MODEL = "elasticctr"
 MLFLOW_TAG_VERSION = "elasticctr.version"
 """Tag naming the model version id (YYYYMMDD/HH): on registered model versions (training)
 and on the runs serving logs a pyfunc in."""
+MLFLOW_EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MLFLOW_EXPERIMENT_KIND = "custom_model_development"
+"""Experiment tag training sets: MLflow 3's kind of experiment ("Machine learning", not
+GenAI). MLflow 3.17's UI chooses its view from a global workflow type instead (URL query
+`workflowType=machine_learning`, else the browser's last choice, default GenAI): links
+printed to people carry MLFLOW_UI_QUERY (docs/training.md)."""
+MLFLOW_UI_QUERY = "workflowType=machine_learning"
 
 # --- serving --------------------------------------------------------------------------
 ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"

@@ -37,3 +37,21 @@ def wait_for_port(host: str, port: int, *, timeout: float, what: str, alive=None
             raise EctlError(f"{what} exited before listening on {host}:{port}")
         time.sleep(0.1)
     raise EctlError(f"{what} did not listen on {host}:{port} within {timeout:.0f}s")
+
+
+def wait_http_ok(url: str, *, timeout: float, what: str, alive=None) -> None:
+    """Poll a GET endpoint until it answers 200 (e.g. MLflow's /health)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        if alive is not None and not alive():
+            raise EctlError(f"{what} exited before {url} answered")
+        time.sleep(0.5)
+    raise EctlError(f"{what} did not answer {url} within {timeout:.0f}s ({last})")

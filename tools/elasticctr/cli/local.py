@@ -43,7 +43,12 @@ def quickstart(
     hours: int = typer.Option(4, min=2, help="Hours of demo data (the last one is held out)."),
     lines: int = typer.Option(40_000, min=100, help="Lines per hour."),
     slots: int = typer.Option(16, min=1, max=1000, help="Number of slots."),
-    vocab: int = typer.Option(5_000, min=10, help="Distinct feasigns per slot."),
+    vocab: int = typer.Option(
+        None,
+        min=10,
+        help="Distinct feasigns per slot (default: the demo data's, small enough that "
+        "one pass learns it; elasticctr.data.generate.DEMO_VOCAB).",
+    ),
     pservers: int = typer.Option(1, "--pservers", "-p", min=1, help="Parameter servers."),
     trainers: int = typer.Option(2, "--trainers", "-t", min=1, help="Trainers."),
     shards: int = typer.Option(2, "--cube", "-b", min=1, help="Cube shards."),
@@ -67,7 +72,7 @@ def quickstart(
         hours=hours,
         lines_per_hour=lines,
         slots=slots,
-        vocab=vocab,
+        **({"vocab": vocab} if vocab is not None else {}),
         pservers=pservers,
         trainers=trainers,
         shards=shards,

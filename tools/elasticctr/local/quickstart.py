@@ -25,10 +25,11 @@ from rich.table import Table
 
 from elasticctr import constants as C
 from elasticctr.data import storage
-from elasticctr.data.generate import GeneratorSpec, generate
+from elasticctr.data.generate import DEMO_VOCAB, demo_spec, generate
 from elasticctr.errors import EctlError
-from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
+from elasticctr.local.stack import STATE_FILE, LocalStack
 from elasticctr.modelstore import open_store
+from elasticctr.net import wait_http_ok
 from elasticctr.supervisor import Supervisor
 
 
@@ -39,7 +40,7 @@ class QuickstartOptions:
     hours: int = 4
     lines_per_hour: int = 40_000
     slots: int = 16
-    vocab: int = 5_000
+    vocab: int = DEMO_VOCAB
     pservers: int = 1
     trainers: int = 2
     shards: int = 2
@@ -66,6 +67,7 @@ class QuickstartReport:
     latency_ms_p99: float
     mlflow_run: str
     mlflow_metrics: dict[str, float]
+    mlflow_run_url: str
     endpoints: dict[str, Any]
     wall_seconds: float
     logs: str
@@ -88,15 +90,11 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         result = _generate(opts, data_root, console)
         for comp in services.values():
             sup.start(comp)
-        with console.status("starting services (fileserver, mlflow, cube, serving) ..."):
-            for name in ("fileserver", *(f"cube-{i}" for i in range(opts.shards)), "serving"):
-                sup.wait_ready(name, timeout=120)
-            wait_http_ok(
-                f"{ep.mlflow}/health", timeout=180, what="mlflow",
-                alive=lambda: "mlflow" in sup.running(),
-            )  # fmt: skip
-        console.log(f"services up: serving {ep.serving}, MLflow {ep.mlflow}")
 
+        # Training starts while the services come up (MLflow's first start takes the
+        # longest): the roles read and write the model store directly, trainer 0 starts
+        # its MLflow run at the first export (its client retries until MLflow answers),
+        # and cube-transfer loads whatever version is newest once it runs.
         train_hours = result.hours[:-1]
         values = stack.values_for_roles(opts.values)
         data = values["global"].setdefault("data", {})
@@ -116,10 +114,21 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         stack.write_state(sup, {"values": str(values_file)})
 
         trained = _train(opts, values_file, stack, console, sup)
+        with console.status("waiting for the services (fileserver, mlflow, cube, serving) ..."):
+            for name in ("fileserver", *(f"cube-{i}" for i in range(opts.shards)), "serving"):
+                sup.wait_ready(name, timeout=120)
+            wait_http_ok(
+                f"{ep.mlflow}/health", timeout=180, what="mlflow",
+                alive=lambda: "mlflow" in sup.running(),
+            )  # fmt: skip
+        console.log(f"services up: serving {ep.serving}, MLflow {ep.mlflow}")
         newest = train_hours[-1]
         served = _wait_served(ep.serving, newest, console, sup, timeout=180)
         auc, logloss, p50, p99, n = _predict_heldout(ep.serving, data_root, result.heldout)
-        run_id, metrics = _mlflow_summary(ep.mlflow)
+        run_id, metrics, run_url = _mlflow_record(
+            ep.mlflow,
+            {"heldout_auc": auc, "heldout_logloss": logloss, "oracle_auc": result.oracle_auc},
+        )
         report = QuickstartReport(
             versions=_versions(stack.store),
             served_version=served,
@@ -137,6 +146,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
             latency_ms_p99=p99,
             mlflow_run=run_id,
             mlflow_metrics=metrics,
+            mlflow_run_url=run_url,
             endpoints={"serving": ep.serving, "mlflow": ep.mlflow, "fileserver": ep.fileserver},
             wall_seconds=time.monotonic() - started,
             logs=str(stack.logs),
@@ -162,7 +172,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
 
 
 def _generate(opts: QuickstartOptions, root: Path, console: Console):
-    spec = GeneratorSpec(slots=list(range(opts.slots)), seed=opts.seed, vocab=opts.vocab)
+    spec = demo_spec(range(opts.slots), seed=opts.seed, vocab=opts.vocab)
     total = opts.hours * opts.lines_per_hour
     with _progress(console) as progress:
         task = progress.add_task("generating demo data", total=total)
@@ -272,7 +282,10 @@ def _predict_heldout(url: str, data_root: Path, heldout: str):
     return result.auc, result.logloss, float(p50), float(p99), len(result.probabilities)
 
 
-def _mlflow_summary(tracking_uri: str) -> tuple[str, dict[str, float]]:
+def _mlflow_record(tracking_uri: str, final: dict[str, float]) -> tuple[str, dict[str, float], str]:
+    """Log the quickstart's own figures (held-out AUC/logloss as served, the oracle AUC)
+    to the training run, which trainer 0 already ended; its id, latest metrics and the
+    UI link that opens it in MLflow's model-training view (C.MLFLOW_UI_QUERY)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -284,7 +297,14 @@ def _mlflow_summary(tracking_uri: str) -> tuple[str, dict[str, float]]:
     if not runs:
         raise EctlError(f"MLflow at {tracking_uri} has no training run")
     run = runs[0]
-    return run.info.run_id, dict(run.data.metrics)
+    for key, value in final.items():
+        client.log_metric(run.info.run_id, key, float(value))
+    metrics = dict(client.get_run(run.info.run_id).data.metrics)
+    url = (
+        f"{tracking_uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        f"?{C.MLFLOW_UI_QUERY}"
+    )
+    return run.info.run_id, metrics, url
 
 
 def print_report(report: QuickstartReport, predicted: int, console: Console) -> None:
@@ -312,7 +332,7 @@ def print_report(report: QuickstartReport, predicted: int, console: Console) -> 
         f"p50 {report.latency_ms_p50:.1f} ms, p99 {report.latency_ms_p99:.1f} ms",
     )
     table.add_row("MLflow run", f"{report.mlflow_run} ({len(report.mlflow_metrics)} metrics)")
-    table.add_row("MLflow UI", report.endpoints["mlflow"])
+    table.add_row("MLflow UI", report.mlflow_run_url)
     table.add_row("serving", f"{report.endpoints['serving']}/v1/predict")
     table.add_row("logs", report.logs)
     table.add_row("wall time", f"{report.wall_seconds:.0f}s")

@@ -11,7 +11,8 @@ from typing import Any
 from rich.console import Console
 
 from elasticctr.errors import EctlError
-from elasticctr.local.stack import STATE_FILE, LocalStack, wait_http_ok
+from elasticctr.local.stack import STATE_FILE, LocalStack
+from elasticctr.net import wait_http_ok
 from elasticctr.supervisor import Supervisor
 
 

@@ -125,6 +125,9 @@ class LocalStack:
                     "--workers",
                     "1",
                 ],
+                # No GenAI job runner (a second process importing MLflow while it starts;
+                # training needs none of its jobs).
+                env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                 ready_port=(LOOPBACK, _port(ep.mlflow)),
                 restart=RestartPolicy.ON_FAILURE,
             ),
@@ -208,21 +211,3 @@ def read_state(workdir: Path) -> dict[str, Any]:
         raise EctlError(
             f"{path} is damaged ({exc}); run `ectl local down` and start again"
         ) from exc
-
-
-def wait_http_ok(url: str, *, timeout: float, what: str, alive=None) -> None:
-    """Poll a GET endpoint until it answers 200 (e.g. MLflow's /health)."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError as exc:
-            last = str(exc)
-        if alive is not None and not alive():
-            raise EctlError(f"{what} exited before {url} answered")
-        time.sleep(0.5)
-    raise EctlError(f"{what} did not answer {url} within {timeout:.0f}s ({last})")

@@ -683,8 +683,20 @@ class _Tracker:
         import mlflow
 
         cfg, renv = self.cfg, self.renv
+        if cfg.mlflow_uri.startswith(("http://", "https://")):
+            # A server that is still starting (local mode starts it beside training):
+            # poll /health every 0.5 s instead of mlflow's exponential retry backoff,
+            # which waits up to twice as long as the server took to come up.
+            from elasticctr.net import wait_http_ok
+
+            try:
+                wait_http_ok(f"{cfg.mlflow_uri.rstrip('/')}/health", timeout=300, what="MLflow")
+            except EctlError as exc:
+                log(f"{exc}; trying MLflow's own client")
         mlflow.set_tracking_uri(cfg.mlflow_uri)
-        mlflow.set_experiment(os.environ.get(C.ENV_MLFLOW_EXPERIMENT, "elasticctr"))
+        experiment = mlflow.set_experiment(os.environ.get(C.ENV_MLFLOW_EXPERIMENT, "elasticctr"))
+        if C.MLFLOW_EXPERIMENT_KIND_TAG not in experiment.tags:  # a person's choice stays
+            mlflow.set_experiment_tag(C.MLFLOW_EXPERIMENT_KIND_TAG, C.MLFLOW_EXPERIMENT_KIND)
         self.mlflow = mlflow
         self.run = mlflow.start_run(run_name=f"train-{cfg.model.name}")
         params = {f"model.{k}": str(v) for k, v in cfg.model.params.items()}
