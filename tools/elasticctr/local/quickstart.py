@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -112,6 +113,9 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
             coord["taskMiB"] = _task_mib(data_root, train_hours, opts.trainers)
         values_file = stack.write_values(values)
         stack.write_state(sup, {"values": str(values_file)})
+        # Training can end before MLflow's first start does (a loaded machine): trainer 0
+        # then waits this long for its queued MLflow updates instead of the default 120 s.
+        os.environ.setdefault(C.ENV_MLFLOW_FLUSH_SECONDS, "600")
 
         trained = _train(opts, values_file, stack, console, sup)
         with console.status("waiting for the services (fileserver, mlflow, cube, serving) ..."):
