@@ -12,7 +12,15 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 stamp=".venv/.installed-$EXTRAS"
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+# The native training reader (elasticctr.train.native): compiled once per source version
+# into ~/.cache/elasticctr/native with gcc; without a compiler trainers use the Python reader.
+build_native() {
+  .venv/bin/python -m elasticctr.train.native --build >/dev/null \
+    || echo "bootstrap: native reader not built (no gcc?); trainers use the Python reader" >&2
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/ectl ]; then
+  build_native
   exit 0
 fi
 
@@ -30,4 +38,5 @@ fi
 .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   -c constraints.txt -e ".[$EXTRAS]"
 echo "$want" > "$stamp"
+build_native
 echo "python env ready: .venv ($( .venv/bin/ectl --version ))"

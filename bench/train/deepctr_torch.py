@@ -28,6 +28,12 @@ separately). On a shared machine both also get "samples per CPU-second": the rat
 by the cores used while training (median per-second CPU of ElasticCTR's trainer plus its
 pserver; CPU time of DeepCTR-Torch's `fit()`), which other load disturbs less.
 
+With trainer.threads > 0 (default 2, the chart's) ElasticCTR trains with the native
+pipeline (elasticctr.train.native) and holds out the samples of the feature-hash rule;
+DeepCTR-Torch then gets exactly that split. A second ElasticCTR run with 2 trainers
+gives the 1 -> 2 trainer throughput ratio and the pserver's cores (skip: --no-scale).
+The trainer's CPU includes its reader processes (the pipe commands).
+
   .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000
   make bench-deepctr ARGS="--lines 100000"
 """
@@ -107,9 +113,14 @@ class CpuWatch:
                 continue
             try:
                 times = proc.cpu_times()
+                # the native pipeline's reader processes: live ones, and reaped ones
+                # (children_user/children_system) so none is missed between two polls
+                live = sum(sum(c.cpu_times()[:2]) for c in proc.children(recursive=True))
             except psutil.Error:
                 continue
-            found[role] += times.user + times.system
+            found[role] += (
+                times.user + times.system + times.children_user + times.children_system + live
+            )
         return found
 
     def _run(self) -> None:
@@ -148,9 +159,13 @@ def generate(data: Path, args) -> None:
     subprocess.run([*cmd, "--workers", "2"], check=True)
 
 
-def train_elasticctr(work: Path, data: Path, slots: list[int], parts, args) -> dict:
+def train_elasticctr(
+    work: Path, data: Path, slots: list[int], parts, args, trainers: int = 1
+) -> dict:
     import yaml
 
+    work = work / f"ectl-t{trainers}"
+    work.mkdir(parents=True, exist_ok=True)
     values = {
         "global": {
             "data": {
@@ -161,13 +176,16 @@ def train_elasticctr(work: Path, data: Path, slots: list[int], parts, args) -> d
             },
             "modelStore": str(work / "store"),
         },
-        "trainer": {"model": {"name": "dnn", "batchSize": args.batch}},
+        "trainer": {
+            "model": {"name": "dnn", "batchSize": args.batch},
+            "trainer": {"threads": args.ectl_threads},
+        },
     }
     values_path = work / "values.yaml"
     values_path.write_text(yaml.safe_dump(values))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    cmd = [sys.executable, "-m", "elasticctr.cli.main", "train", "--local", "-p", "1", "-t", "1"]
-    cmd += ["-f", str(values_path), "--log-dir", str(work / "logs"), "-q"]
+    cmd = [sys.executable, "-m", "elasticctr.cli.main", "train", "--local", "-p", "1"]
+    cmd += ["-t", str(trainers), "-f", str(values_path), "--log-dir", str(work / "logs"), "-q"]
     cmd += ["--checkpoint-dir", str(work / "checkpoint")]
     t0 = time.monotonic()
     with CpuWatch(str(values_path)) as watch:
@@ -200,10 +218,17 @@ def _index_block(batch_ids, batch_lengths, vocab: np.ndarray, maxlen: int) -> np
     return out
 
 
-def prepare_arrays(parts, slots: list[int], batch_size: int, out: Path) -> dict:
-    """Trainer 0's batches and held-out split, as padded index arrays for DeepCTR-Torch."""
+def prepare_arrays(
+    parts, slots: list[int], batch_size: int, out: Path, hash_rule: bool = False
+) -> dict:
+    """Trainer 0's batches and held-out split, as padded index arrays for DeepCTR-Torch.
+
+    Held out: every 10th batch (the Python reader's rule) or, with `hash_rule`, the
+    samples elastic.heldout_mask picks (the native pipeline's rule, trainer.threads > 0).
+    """
     from elasticctr.data.parser import iter_batches
     from elasticctr.data.partitions import data_files
+    from elasticctr.train.elastic import heldout_mask, take
 
     t0 = time.monotonic()
     per_hour = []
@@ -212,8 +237,15 @@ def prepare_arrays(parts, slots: list[int], batch_size: int, out: Path) -> dict:
         i = 0
         for url in data_files(part):
             for batch in iter_batches(url, slots, batch_size):
+                if hash_rule:  # the native pipeline's rule: a hash of the features
+                    mask = heldout_mask(batch)
+                    train.append(take(batch, ~mask))
+                    held.append(take(batch, mask))
+                    continue
                 (held if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1 else train).append(batch)
                 i += 1
+        train = [b for b in train if len(b)]
+        held = [b for b in held if len(b)]
         per_hour.append((part.id, train, held))
     everything = [b for _, train, held in per_hour for b in (*train, *held)]
     vocabs, maxlens = [], []
@@ -359,6 +391,39 @@ def _rate(hours: list[dict], rate_key: str) -> float:
     return samples / sum(h["samples"] / h[rate_key] for h in hours)
 
 
+def _scale_rows(one: dict, two: dict | None, rate_one: float) -> list[tuple]:
+    """1 -> 2 trainers: throughput ratio, pserver cores, trainers one pserver can feed."""
+    if two is None:
+        return []
+    rate_two = _rate(two["hours"], "samples_per_sec_per_trainer")
+    job_one, job_two = rate_one, 2 * rate_two
+    # CPU-seconds per sample of the pserver vs of one trainer (1-trainer run): one pserver
+    # core serves as many trainers as its per-sample cost fits into a trainer's.
+    per_trainer = one["cores"] / rate_one
+    per_pserver = one["pserver_cores"] / rate_one
+    feeds = per_trainer / per_pserver if per_pserver > 0 else float("inf")
+    return [
+        (
+            "2 trainers: job samples/s (ratio to 1 trainer)",
+            f"{job_two:,.0f} ({job_two / job_one:.2f}x)",
+            "",
+            "",
+        ),
+        (
+            "pserver cores, 1 -> 2 trainers",
+            f"{one['pserver_cores']:.2f} -> {two['pserver_cores']:.2f}",
+            "",
+            "",
+        ),
+        (
+            "trainers one pserver core can feed (CPU per sample, on paper)",
+            f"{feeds:.1f} (trainer {per_trainer * 1e6:.0f} us, pserver {per_pserver * 1e6:.0f} us)",
+            "",
+            "",
+        ),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--hours", type=int, default=2, help="hourly partitions (all trained)")
@@ -369,6 +434,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=512, help="batch size of both (dnn default)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of DeepCTR-Torch")
+    ap.add_argument(
+        "--ectl-threads",
+        type=int,
+        default=2,
+        help="ElasticCTR trainer.threads (0 = Python reader; default: the chart's 2)",
+    )
+    ap.add_argument("--no-scale", action="store_true", help="skip the 2-trainer ElasticCTR run")
     ap.add_argument("--dense-lr", type=float, default=0.001, help="DeepCTR-Torch Adam, dense")
     ap.add_argument("--embedding-lr", type=float, default=0.05, help="... and embeddings")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: temp)")
@@ -397,8 +469,11 @@ def main() -> None:
 
     ectl = train_elasticctr(work, data, slots, parts, args)
     print(f"elasticctr: {json.dumps(ectl['hours'])}", flush=True)
+    scale = None if args.no_scale else train_elasticctr(work, data, slots, parts, args, 2)
 
-    prep = prepare_arrays(parts, slots, args.batch, work / "arrays.npz")
+    prep = prepare_arrays(
+        parts, slots, args.batch, work / "arrays.npz", hash_rule=args.ectl_threads > 0
+    )
     oracle_held = oracle_on(prep["held_last"], gen, slots)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     cmd = [str(py), str(Path(__file__).resolve()), "--worker", str(work / "arrays.npz")]
@@ -459,11 +534,12 @@ def main() -> None:
             f"{e_rate / (ectl['cores'] + ectl['pserver_cores']) / d_cpu_rate:.2f}x",
         ),
         ("oracle AUC, generator.json (whole last hour)", f"{gen['oracle_auc']:.4f}", "", ""),
+        *_scale_rows(ectl, scale, e_rate),
         ("oracle AUC, same held-out samples", f"{oracle_held:.4f}", "", ""),
     ]
     head = (
         "",
-        "ElasticCTR dnn, 1 pserver + 1 trainer",
+        f"ElasticCTR dnn, 1 pserver + 1 trainer ({args.ectl_threads} threads)",
         "DeepCTR-Torch DNN, 1 thread",
         "ratio/diff",
     )

@@ -173,7 +173,7 @@ def main() -> None:
     slots = [int(s) for s in (data / "slot.conf").read_text().split()]
     trainer: dict = {"model": {"name": "dnn", "batchSize": 512}}
     if args.threads is not None:
-        trainer["threads"] = args.threads
+        trainer["trainer"] = {"threads": args.threads}
     hours = sorted(p.parent.name and f"{p.parent.parent.name}/{p.parent.name}"
                    for p in data.glob("*/*/donefile"))  # fmt: skip
     values = {
@@ -245,12 +245,11 @@ def main() -> None:
             counts[bucket_of(frames)] += int(n)
     total = sum(counts.values()) or 1
     cpu = {r: {k: after[r].get(k, 0) - before[r].get(k, 0) for k in after[r]} for r in pids}
-    main_name = max(cpu["trainer"], key=cpu["trainer"].get)
-    main_cpu = cpu["trainer"][main_name]
+    main_cpu = cpu["trainer"].get("main thread", 0.0)  # py-spy samples the main thread
     print(f"\n{samples} samples trained in {wall:.1f}s wall; load average {os.getloadavg()}")
     print(f"trainer CPU {sum(cpu['trainer'].values()):.1f}s, pserver CPU "
           f"{sum(cpu['pserver'].values()):.1f}s")  # fmt: skip
-    print("\n| trainer part (py-spy, busiest thread) | CPU-s | share |")
+    print("\n| trainer main thread (py-spy) | CPU-s | share |")
     print("|---|---|---|")
     for name, n in counts.most_common():
         print(f"| {name} | {main_cpu * n / total:.2f} | {n / total:.0%} |")

@@ -94,7 +94,15 @@ def _done_log(job) -> dict:
     return json.loads(state)["done"]
 
 
-def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0, end=PARTITION):
+def _run(
+    dataset,
+    name: str,
+    act=None,
+    trainers: int = 2,
+    timeout: float = 150.0,
+    end=PARTITION,
+    lease_seconds: float = 8.0,  # a heartbeat every 2 s; 4 s expired once at load 12
+):
     from elasticctr.local.training import ElasticJob
 
     store = dataset["root"] / name
@@ -102,7 +110,7 @@ def _run(dataset, name: str, act=None, trainers: int = 2, timeout: float = 150.0
         dataset["values"](store, end),
         dataset["root"] / f"{name}-logs",
         trainers=trainers,
-        lease_seconds=8.0,  # a heartbeat every 2 s; 4 s expired once at load 12
+        lease_seconds=lease_seconds,
         task_mb=0.25,
     )
     t0 = time.monotonic()
@@ -189,11 +197,22 @@ def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> No
 
 
 def test_trainer_added_mid_run_receives_tasks(dataset, baseline) -> None:
+    def tasks_of_newcomer(job) -> int:
+        return job.client().progress()["trainers"].get("1", {}).get("tasks", 0)
+
     def act(job):
         _wait_for(lambda: _done_count(job) >= 3, 90, "first tasks")
-        job.add_trainer(1)
+        # The native pipeline trains the hour faster than a newcomer's Paddle start-up on
+        # a loaded machine: hold trainer 0 (and its readers; its lease outlives the pause)
+        # until the newcomer trained a task, so the test does not race that start-up.
+        job.sup.kill("trainer-0", signal.SIGSTOP)
+        try:
+            job.add_trainer(1)
+            _wait_for(lambda: tasks_of_newcomer(job) >= 1, 240, "the new trainer's first task")
+        finally:
+            job.sup.kill("trainer-0", signal.SIGCONT)
 
-    job, progress, manifest, _ = _run(dataset, "add-trainer", act, trainers=1)
+    job, progress, manifest, _ = _run(dataset, "add-trainer", act, trainers=1, lease_seconds=300.0)
     assert progress["trainers"]["1"]["tasks"] >= 1, progress["trainers"]
     assert progress["trainers"]["0"]["tasks"] >= 3
     assert progress["tasks_retried"] == 0 and progress["finished"]

@@ -252,3 +252,24 @@ def test_cli_rejects_bad_values_before_starting_anything(tmp_path) -> None:
     assert "unknown model" in "\n".join(result.exception.problems)
     missing = CliRunner().invoke(app, ["train", "--local", "-f", str(tmp_path / "nope.yaml")])
     assert isinstance(missing.exception, EctlError) and "does not exist" in str(missing.exception)
+
+
+@pytest.mark.fast
+def test_training_threads_from_values_env_override_and_bounds(monkeypatch) -> None:
+    base = {"global": {"data": {"slots": [0, 1]}}}
+    monkeypatch.delenv(C.ENV_TRAIN_THREADS, raising=False)
+    assert from_values(base).threads == C.DEFAULT_TRAIN_THREADS
+    chart = {**base, "trainer": {"trainer": {"threads": 0}}}  # the chart's trainer.threads
+    assert from_values(chart).threads == 0
+    monkeypatch.setenv(C.ENV_TRAIN_THREADS, "4")
+    assert from_values(chart).threads == 4
+    for bad in ("-1", "x", str(C.MAX_TRAIN_THREADS + 1)):
+        monkeypatch.setenv(C.ENV_TRAIN_THREADS, bad)
+        with pytest.raises(ValidationError) as err:
+            from_values(chart)
+        assert any(
+            p.startswith(f"{C.ENV_TRAIN_THREADS}: expected an integer") for p in err.value.problems
+        )
+    monkeypatch.delenv(C.ENV_TRAIN_THREADS)
+    with pytest.raises(ValidationError, match="values are not usable"):
+        from_values({**base, "trainer": {"trainer": {"threads": True}}})

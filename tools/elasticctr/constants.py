@@ -137,8 +137,20 @@ ENV_TRAIN_CHECKPOINT = "ECTL_TRAIN_CHECKPOINT"
 """Folder of the training checkpoint (PS dump + progress.json); shared volume in a cluster."""
 ENV_TRAIN_KEEP_STAGING = "ECTL_TRAIN_KEEP_STAGING"
 """Set to 1 to keep each partition's table dump in the staging folder (debugging)."""
+ENV_TRAIN_THREADS = "ECTL_TRAIN_THREADS"
+"""Training threads per trainer (overrides the values' `trainer.trainer.threads`, i.e. the
+trainer subchart's `trainer.threads`); 0 = the Python reader, >= 1 = Paddle's native
+dataset pipeline with that many threads (docs/training.md "Native path")."""
+DEFAULT_TRAIN_THREADS = 2
+MAX_TRAIN_THREADS = 64
+ENV_NATIVE_CACHE = "ECTL_NATIVE_CACHE"
+"""Folder of the compiled native reader (default ~/.cache/elasticctr/native)."""
+ENV_SLOTFEED = "ECTL_SLOTFEED"
+"""Path of a prebuilt ectl-slotfeed binary (skips the build; images, tests)."""
 ENV_DENSE_PULL_EVERY = "ECTL_DENSE_PULL_EVERY"
 """Steps between a trainer's pulls of the dense parameters (default 5)."""
+ENV_DENSE_PULL_SECONDS = "ECTL_DENSE_PULL_SECONDS"
+"""Seconds between dense pulls while the native pipeline trains (default 0.1)."""
 ENV_PARTITION_POLL_SECONDS = "ECTL_PARTITION_POLL_SECONDS"
 """Seconds between looks for the next hourly partition when following (default 60)."""
 ENV_MLFLOW_EXPERIMENT = "ECTL_MLFLOW_EXPERIMENT"

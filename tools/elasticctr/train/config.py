@@ -1,11 +1,13 @@
 """What a training role needs from the values file (docs/contracts.md), validated once.
 
-Keys read: `trainer.model` (name + hyperparameters, see `elasticctr.train.models`),
-`global.data` (path, hdfsAddress, slots, sparseDim, startDateHour, endDateHour,
-maxErrorRate, hdfsUgi), `global.modelStore`, `global.mlflow.trackingUri`. Everything else
-in the values file belongs to other parts and is ignored here. `hdfsAddress` completes an
-`hdfs:///path` (or bare path) data URL; HDFS_UGI comes from the values, else from the
-`HDFS_UGI` environment variable (the chart sets it from `trainer.hdfs.existingSecret`).
+Keys read: `trainer.trainer.threads` (the trainer subchart's `trainer.threads`; env
+`ECTL_TRAIN_THREADS` overrides it), `trainer.model` (name + hyperparameters, see
+`elasticctr.train.models`), `global.data` (path, hdfsAddress, slots, sparseDim,
+startDateHour, endDateHour, maxErrorRate, hdfsUgi), `global.modelStore`,
+`global.mlflow.trackingUri`. Everything else in the values file belongs to other parts
+and is ignored here. `hdfsAddress` completes an `hdfs:///path` (or bare path) data URL;
+HDFS_UGI comes from the values, else from the `HDFS_UGI` environment variable (the chart
+sets it from `trainer.hdfs.existingSecret`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elasticctr.constants import DEFAULT_MAX_ERROR_RATE, ENV_HDFS_UGI
+from elasticctr.constants import (
+    DEFAULT_MAX_ERROR_RATE,
+    DEFAULT_TRAIN_THREADS,
+    ENV_HDFS_UGI,
+    ENV_TRAIN_THREADS,
+    MAX_TRAIN_THREADS,
+)
 from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
 from elasticctr.modelstore import with_hdfs_address
@@ -37,6 +45,7 @@ class TrainConfig:
     hdfs_ugi: str | None = None
     model_store: str = ""
     mlflow_uri: str = ""
+    threads: int = DEFAULT_TRAIN_THREADS  # 0: Python reader; >= 1: native pipeline threads
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -101,6 +110,21 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
     mlflow_uri = _get(values, "global", "mlflow", "trackingUri") or os.environ.get(
         "MLFLOW_TRACKING_URI", ""
     )
+    threads = _get(values, "trainer", "trainer", "threads")
+    where = "trainer.trainer.threads"
+    if os.environ.get(ENV_TRAIN_THREADS, "") != "":
+        where, threads = ENV_TRAIN_THREADS, os.environ[ENV_TRAIN_THREADS]
+        threads = int(threads) if threads.strip().isdigit() else threads
+    if threads is None:
+        threads = DEFAULT_TRAIN_THREADS
+    if (
+        isinstance(threads, bool)
+        or not isinstance(threads, int)
+        or not 0 <= threads <= MAX_TRAIN_THREADS
+    ):
+        problems.append(
+            f"{where}: expected an integer in [0, {MAX_TRAIN_THREADS}], got {threads!r}"
+        )
     if problems:
         raise ValidationError("values are not usable for training", problems)
     return TrainConfig(
@@ -114,6 +138,7 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
         hdfs_ugi=data.get("hdfsUgi") or os.environ.get(ENV_HDFS_UGI) or None,
         model_store=str(model_store),
         mlflow_uri=str(mlflow_uri),
+        threads=int(threads),
     )
 
 

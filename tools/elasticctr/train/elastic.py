@@ -36,7 +36,7 @@ from elasticctr.coordinator.client import CoordinatorClient
 from elasticctr.coordinator.core import CHECKPOINT_STATE
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
-from elasticctr.train import metrics, roles
+from elasticctr.train import metrics, native, roles
 from elasticctr.train.config import TrainConfig
 
 HOLDOUT_MOD = 10
@@ -111,8 +111,22 @@ def heldout_batches(cfg: TrainConfig, partition: str) -> list:
     found = [p for p in parts.list_partitions(cfg.data_path, partition, partition, cfg.hdfs_ugi)]
     if not found:
         raise EctlError(f"partition {partition} not found under {cfg.data_path}")
+    urls = parts.data_files(found[0], cfg.hdfs_ugi)
+    if cfg.threads > 0 and native.can_read(urls):
+        # The compiled reader picks the held-out lines (10%); Python parses only those.
+        text = native.heldout_lines(
+            [native.Range(native.local_path(u)) for u in urls], cfg.slots, cfg.sparse_dim
+        )
+        batches = native.parse_heldout(text, cfg.slots, cfg.sparse_dim, cfg.model.batch_size)
+        out, total = [], 0
+        for batch in batches:
+            out.append(batch.slice(0, EVAL_MAX_SAMPLES - total))
+            total += len(out[-1])
+            if total >= EVAL_MAX_SAMPLES:
+                break
+        return out
     out, total = [], 0
-    for url in parts.data_files(found[0], cfg.hdfs_ugi):
+    for url in urls:
         for batch in _read(cfg, url):
             held = take(batch, heldout_mask(batch))
             if len(held):
@@ -255,12 +269,15 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
         finally:
             os._exit(0)
 
-    net = roles._init_fleet(_ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots))
+    net = roles._init_fleet(
+        _ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots), per_slot=cfg.threads > 0
+    )
     signal.signal(signal.SIGTERM, on_term)  # after importing paddle, which installs its own
     paddle, fleet, place, exe = roles.start_worker(renv, opts.pserver_wait, " (no collectives)")
     runtime = fleet.fleet._runtime_handle
     dense_names = roles._dense_names()
     pull_dense = roles._dense_puller()
+    feed = roles.native_feed(cfg, net)
     # After a job restart one trainer loads the checkpoint first; until then the dense
     # table is empty, so the wait for it moves to the first task.
     dense_ready = bool(progress.get("load_pending"))
@@ -314,14 +331,39 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
             t0, n, abandoned = time.monotonic(), 0, False
             mine = stats.setdefault(task["partition"], {"losses": [], "samples": 0, "secs": 0.0})
-            for batch in _read(cfg, task["url"], int(task["start"]), int(task["end"])):
+            batches = _read(cfg, task["url"], int(task["start"]), int(task["end"]))
+            if feed is not None and native.can_read([task["url"]]):
+                # Native pipeline: the range in `threads` pieces, held-out samples skipped
+                # by the reader (same hash rule). It cannot stop mid-range: a lease lost
+                # meanwhile is noticed at the end and the task abandoned (not completed).
+                rng = native.Range(
+                    native.local_path(task["url"]), int(task["start"]), int(task["end"])
+                )
+                result = feed.run(
+                    exe,
+                    main,
+                    [rng],
+                    labels=[task["url"]],
+                    heldout="skip",
+                    loss_var=net.loss,
+                    every=pull_dense,
+                    every_seconds=roles.dense_pull_seconds(),
+                    max_error_rate=cfg.max_error_rate,
+                )
+                n, batches = result.trained, ()
+                steps += max(1, n // cfg.model.batch_size)
+                mine["losses"].extend(result.losses)
+                abandoned = beat.lost.is_set()
+            for batch in batches:
                 if beat.lost.is_set():
                     abandoned = True
                     break
                 batch = take(batch, ~heldout_mask(batch))
                 if not len(batch):
                     continue
-                (loss,) = exe.run(main, feed=roles.to_feed(batch, place), fetch_list=[net.loss])
+                (loss,) = exe.run(
+                    main, feed=roles.feed_of(net, batch, place), fetch_list=[net.loss]
+                )
                 if steps % pull_every == 0:
                     pull_dense()
                 steps += 1

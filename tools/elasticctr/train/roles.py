@@ -31,7 +31,7 @@ from elasticctr import constants as C
 from elasticctr import modelstore, versions
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
-from elasticctr.train import export, metrics
+from elasticctr.train import export, metrics, native
 from elasticctr.train.config import TrainConfig
 from elasticctr.train.models import ModelSpec, dense_logit
 
@@ -40,6 +40,8 @@ SPARSE_SHARDS = 64
 HOLDOUT_EVERY = 10
 DENSE_PULL_EVERY = 5
 """Steps between dense-parameter pulls (see _dense_puller); 1 costs ~40% throughput."""
+DENSE_PULL_SECONDS = 0.1
+"""The native pipeline's dense pull period (a side thread; no Python per step there)."""
 """Trainer 0 keeps every 10th batch of each partition out of training for evaluation."""
 DEFAULT_START = "20200401/00"
 
@@ -51,6 +53,15 @@ def log(msg: str) -> None:
 def _paddle():
     """Import paddle in static-graph, legacy-IR mode (Fleet PS needs both)."""
     os.environ[C.ENV_PIR_API] = "0"
+    # One BLAS/OpenMP thread per training thread: the native pipeline runs trainer.threads
+    # Hogwild threads; more BLAS threads each only spin (measured: -20% trainer CPU).
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    if _amd_with_avx2():
+        # Paddle's MKL (mklml 2019) takes its generic SSE path on AMD CPUs; type 5 makes it
+        # use AVX2: a 512x400x400 matmul went from 16.4 to 42.5 GFLOP per CPU-second on
+        # this machine's EPYC, and the DNN spends ~70% of a trainer's CPU in GEMM.
+        os.environ.setdefault("MKL_DEBUG_CPU_TYPE", "5")
     import paddle
 
     if paddle.base.framework.use_pir_api():
@@ -61,42 +72,91 @@ def _paddle():
     return paddle
 
 
+def _amd_with_avx2() -> bool:
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return "AuthenticAMD" in info and " avx2" in flags
+
+
 @dataclass
 class Net:
-    feasigns: object
+    feasigns: object  # slot-major graph: the one LoD input; per-slot graph: None
     label: object
     pooled: object
     prob: object
     loss: object
     infer_program: object
+    slot_vars: list = field(default_factory=list)  # per-slot graph: one LoD input per slot
+    show: object = None
+    click: object = None
+
+    @property
+    def per_slot(self) -> bool:
+        return bool(self.slot_vars)
+
+    @property
+    def use_vars(self) -> list:
+        """The dataset's slots, in the order ectl-slotfeed writes them (native.py)."""
+        return [*self.slot_vars, self.label, self.show, self.click]
 
 
-def build_net(spec: ModelSpec, num_slots: int) -> Net:
-    """The training graph; `infer_program` is the pre-optimizer clone used for export."""
+def build_net(spec: ModelSpec, num_slots: int, per_slot: bool = False) -> Net:
+    """The training graph; `infer_program` is the pre-optimizer clone used for export.
+
+    Two input layouts of the same sparse table and the same pooled tensor: slot-major
+    (one LoD input holding every slot, one lookup; the Python feed) and per-slot (one LoD
+    input per slot, as Paddle's MultiSlot dataset delivers them; Fleet fuses the lookups
+    of the one table into one pull and one push). Parameters are the same, so tables,
+    checkpoints and exported versions are interchangeable.
+    """
     paddle = _paddle()
     dim = spec.table_dim
-    feasigns = paddle.static.data("feasigns", shape=[-1, 1], dtype="int64", lod_level=1)
     label = paddle.static.data("label", shape=[-1, 1], dtype="float32")
     # The data's show/click of every sequence (one per slot and sample) go with the
     # gradients into the sparse table's statistics (its show/click columns).
-    paddle.static.data(SHOW_VAR, shape=[-1, 1], dtype="float32")
-    paddle.static.data(CLICK_VAR, shape=[-1, 1], dtype="float32")
-    emb = paddle.static.nn.sparse_embedding(
-        feasigns,
-        size=[1024, dim],
-        padding_idx=PAD_FEASIGN,
-        param_attr=paddle.ParamAttr(name=SPARSE_TABLE),
-        entry=paddle.distributed.ShowClickEntry(SHOW_VAR, CLICK_VAR),
-    )
-    # Sequences are slot-major (all samples of slot 0, then slot 1, ...), so one lookup
-    # and one pool serve every slot.
-    flat = paddle.static.nn.sequence_lod.sequence_pool(emb, "sum", pad_value=0.0)
-    pooled = paddle.transpose(paddle.reshape(flat, [num_slots, -1, dim]), [1, 0, 2])
+    show = paddle.static.data(SHOW_VAR, shape=[-1, 1], dtype="float32")
+    click = paddle.static.data(CLICK_VAR, shape=[-1, 1], dtype="float32")
+
+    def lookup(ids):
+        return paddle.static.nn.sparse_embedding(
+            ids,
+            size=[1024, dim],
+            padding_idx=PAD_FEASIGN,
+            param_attr=paddle.ParamAttr(name=SPARSE_TABLE),
+            entry=paddle.distributed.ShowClickEntry(SHOW_VAR, CLICK_VAR),
+        )
+
+    feasigns, slot_vars = None, []
+    if per_slot:
+        slot_vars = [
+            paddle.static.data(f"slot_{j}", shape=[-1, 1], dtype="int64", lod_level=1)
+            for j in range(num_slots)
+        ]
+        pools = [
+            paddle.static.nn.sequence_lod.sequence_pool(lookup(v), "sum", pad_value=0.0)
+            for v in slot_vars
+        ]
+        pooled = paddle.stack(pools, axis=1)
+    else:
+        feasigns = paddle.static.data("feasigns", shape=[-1, 1], dtype="int64", lod_level=1)
+        # Sequences are slot-major (all samples of slot 0, then slot 1, ...), so one lookup
+        # and one pool serve every slot.
+        flat = paddle.static.nn.sequence_lod.sequence_pool(lookup(feasigns), "sum", pad_value=0.0)
+        pooled = paddle.transpose(paddle.reshape(flat, [num_slots, -1, dim]), [1, 0, 2])
     logit = dense_logit(spec, pooled, num_slots)
     prob = paddle.nn.functional.sigmoid(logit)
     loss = paddle.mean(paddle.nn.functional.binary_cross_entropy_with_logits(logit, label))
     infer_program = paddle.static.default_main_program().clone(for_test=True)
-    return Net(feasigns, label, pooled, prob, loss, infer_program)
+    if per_slot:
+        # train_from_dataset runs no Python per batch: a py_func op hands each batch's
+        # loss to native.LOSSES (the train_loss metrics; one GIL grab per batch).
+        from elasticctr.train import native as _native
+
+        paddle.static.py_func(_native.record_loss, loss, out=None)
+    return Net(feasigns, label, pooled, prob, loss, infer_program, slot_vars, show, click)
 
 
 def _optimizer(spec: ModelSpec):
@@ -132,13 +192,15 @@ def sparse_table_config(spec: ModelSpec) -> dict:
     return config
 
 
-def _init_fleet(renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int) -> Net:
+def _init_fleet(
+    renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int, per_slot: bool = False
+) -> Net:
     os.environ.update(renv.paddle_env())
     paddle = _paddle()
     import paddle.distributed.fleet as fleet
 
     fleet.init(fleet.PaddleCloudRoleMaker())
-    net = build_net(spec, num_slots)
+    net = build_net(spec, num_slots, per_slot)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     # Paddle's default of 1000 shards makes every dump 1000 files; 64 is plenty here.
@@ -151,7 +213,7 @@ def _init_fleet(renv: role_env.RoleEnv, spec: ModelSpec, num_slots: int) -> Net:
 def run_pserver(cfg: TrainConfig, renv: role_env.RoleEnv) -> None:
     """Serve the parameter tables until the process is stopped (launcher / job end)."""
     log(f"pserver {renv.index} at {renv.pod_ip}:{renv.port}; endpoints {renv.pserver_endpoints}")
-    _init_fleet(renv, cfg.model, len(cfg.slots))
+    _init_fleet(renv, cfg.model, len(cfg.slots), per_slot=cfg.threads > 0)
     import paddle.distributed.fleet as fleet
 
     fleet.init_server()
@@ -207,6 +269,34 @@ def to_feed(batch, place) -> dict:
         SHOW_VAR: show,
         CLICK_VAR: np.tile(click, slots).reshape(-1, 1),
     }
+
+
+def to_feed_slots(batch, place) -> dict:
+    """Slot-wise batch → the per-slot graph's feed (one LoD tensor per slot)."""
+    from paddle.base import core
+
+    feed = {}
+    for j, (ids, lengths) in enumerate(zip(batch.ids, batch.lengths, strict=True)):
+        ids, lengths = pad_empty(np.asarray(ids, dtype=np.uint64), np.asarray(lengths, np.int64))
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tensor = core.LoDTensor()
+        tensor.set(np.ascontiguousarray(ids).view(np.int64).reshape(-1, 1), place)
+        tensor.set_lod([offsets.tolist()])
+        feed[f"slot_{j}"] = tensor
+    click = np.asarray(batch.click, dtype=np.float32).reshape(-1, 1)
+    feed.update(
+        {
+            "label": click,
+            SHOW_VAR: np.asarray(batch.show, np.float32).reshape(-1, 1),
+            CLICK_VAR: click,
+        }
+    )
+    return feed
+
+
+def feed_of(net: Net, batch, place) -> dict:
+    return to_feed_slots(batch, place) if net.per_slot else to_feed(batch, place)
 
 
 # --- data -------------------------------------------------------------------------------
@@ -461,10 +551,11 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     )
     # pserver 0 hosts the rendezvous store the trainers' barriers are set up through.
     role_env.wait_for_endpoints([renv.gloo_endpoint], opts.pserver_wait, what="rendezvous")
-    net = _init_fleet(renv, cfg.model, len(cfg.slots))
+    net = _init_fleet(renv, cfg.model, len(cfg.slots), per_slot=cfg.threads > 0)
     paddle, fleet, place, exe = start_worker(renv, opts.pserver_wait)
     dense_names = _dense_names()
     pull_dense = _dense_puller()
+    feed = native_feed(cfg, net)
     pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, DENSE_PULL_EVERY))
     main = paddle.static.default_main_program()
     is_chief = renv.index == 0
@@ -480,12 +571,33 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
             heldout, n, losses, t0 = [], 0, [], time.monotonic()
             train_labels, train_probs = [], []
             meter = metrics.ResourceMeter()
-            for i, batch in enumerate(partition_batches(cfg, part, renv, opts.synthetic)):
+            share = part.files[renv.index :: renv.trainers_num]
+            native_done = False
+            if feed is not None and opts.synthetic is None and native.can_read(share):
+                # Native pipeline: held-out = the feature-hash rule (1 in 10) on trainer 0.
+                result = feed.run(
+                    exe,
+                    main,
+                    [native.Range(native.local_path(u)) for u in share],
+                    labels=share,
+                    heldout="save" if is_chief else "all",
+                    loss_var=net.loss,
+                    every=pull_dense,
+                    every_seconds=dense_pull_seconds(),
+                    max_error_rate=cfg.max_error_rate,
+                )
+                n, losses, native_done = result.trained, result.losses, True
+                log(f"{part.version_id}: native pipeline, {result.ticks} dense pulls")
+                heldout = native.parse_heldout(
+                    result.heldout_text, cfg.slots, cfg.sparse_dim, cfg.model.batch_size
+                )
+            batches = () if native_done else partition_batches(cfg, part, renv, opts.synthetic)
+            for i, batch in enumerate(batches):
                 if is_chief and i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1:
                     heldout.append(batch)
                     continue
                 loss, prob = exe.run(
-                    main, feed=to_feed(batch, place), fetch_list=[net.loss, net.prob]
+                    main, feed=feed_of(net, batch, place), fetch_list=[net.loss, net.prob]
                 )
                 n += len(batch)
                 if len(losses) % pull_every == 0:
@@ -521,7 +633,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                 "train_auc": metrics.auc(
                     np.concatenate(train_labels[-quarter:]), np.concatenate(train_probs[-quarter:])
                 )
-                if losses
+                if train_labels
                 else float("nan"),
                 "samples": int(totals[0]),
                 "samples_per_sec": float(totals[1]),
@@ -567,6 +679,27 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
     fleet.stop_worker()
     log("trainer done")
     return last
+
+
+def native_feed(cfg: TrainConfig, net: Net):
+    """The native pipeline for this trainer, or None (threads 0, or no reader binary:
+    then the Python reader serves, which the log says once)."""
+    from elasticctr.train import native
+
+    if cfg.threads <= 0:
+        return None
+    if native.binary() is None:
+        log(f"native reader unavailable ({native.unavailable()}); using the Python reader")
+        return None
+    log(f"native pipeline: {cfg.threads} thread(s), reader {native.binary()}")
+    return native.NativeFeed(
+        cfg.slots, cfg.sparse_dim, net.use_vars, cfg.threads, cfg.model.batch_size
+    )
+
+
+def dense_pull_seconds() -> float:
+    """Seconds between dense pulls while the native pipeline trains (default 0.1)."""
+    return float(os.environ.get(C.ENV_DENSE_PULL_SECONDS, DENSE_PULL_SECONDS))
 
 
 def _maybe_resume(opts: TrainerOptions) -> str | None:

@@ -1,0 +1,152 @@
+"""The compiled reader (ectl-slotfeed) agrees with the Python parser and the held-out rule.
+
+Same samples, same feasigns per slot (multi-valued, unknown slots ignored, SPARSE_DIM
+modulo, padding `1 0` for an empty slot), same malformed-line count, byte ranges that
+split the file anywhere still give every line exactly once, and the held-out split is
+elastic.heldout_mask's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elasticctr.data.parser import read_file
+from elasticctr.train import native
+from elasticctr.train.elastic import heldout_mask
+
+pytestmark = pytest.mark.fast
+
+SLOTS = [3, 0, 7, 1000]
+GOOD = [
+    "1 0 5:3 6:0 7:7 8:1000",
+    "2 1 18446744073709551615:3 9:3 10:0",  # u64 max, a multi-valued slot, two empty
+    "1 1 11:42 12:0",  # slot 42 is not in the list: ignored
+    "3 0\t13:7\r",
+    "1 0",  # no features: every slot padded
+]
+BAD = [
+    "1 2 5:3",  # click > show
+    "1 0 5:3:4",
+    "1 0 5: 3",
+    "x 0 5:3",
+    "1 0 123456789012345678901:3",  # 21 digits
+    "1 0 18446744073709551616:3",  # u64 max + 1
+    "1",
+]
+
+
+def _lines(n: int) -> list[str]:
+    rng = np.random.default_rng(5)
+    out = []
+    for i in range(n):
+        if i % 17 == 3:
+            out.append(BAD[i % len(BAD)])
+            continue
+        if i % 11 == 0:
+            out.append(GOOD[i % len(GOOD)])
+            continue
+        feats = [
+            f"{int(rng.integers(1, 2**63))}:{SLOTS[int(rng.integers(0, 4))]}"
+            for _ in range(int(rng.integers(0, 6)))
+        ]
+        out.append(" ".join([str(2), str(int(rng.integers(0, 3))), *feats]))
+        if i % 29 == 0:
+            out.append("")  # blank
+    return out
+
+
+def _run(spec: str, *args: str) -> list[list[int]]:
+    exe = native.build()
+    out = subprocess.run(
+        [str(exe), "--slots", ",".join(map(str, SLOTS)), *args],
+        input=spec.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [[int(x) for x in line.split()] for line in out.splitlines()]
+
+
+def _decode(row: list[int]) -> tuple[list[list[int]], int, int]:
+    pos, slots = 0, []
+    for _ in SLOTS:
+        n = row[pos]
+        slots.append(row[pos + 1 : pos + 1 + n])
+        pos += 1 + n
+    assert row[pos] == 1 and row[pos + 2] == 1 and row[pos + 4] == 1
+    assert row[pos + 1] == row[pos + 5]  # label == click
+    return slots, row[pos + 3], row[pos + 1]
+
+
+def _expected(batch, i: int) -> list[list[int]]:
+    sample = batch.sample(i)
+    return [sample.get(s, [0]) for s in SLOTS]
+
+
+@pytest.mark.parametrize("sparse_dim", [0, 1000])
+def test_the_reader_emits_what_the_python_parser_reads(tmp_path: Path, sparse_dim: int) -> None:
+    data = tmp_path / "part-0"
+    data.write_text("\n".join(_lines(600)))  # no final newline
+    batch, stats = read_file(str(data), SLOTS, sparse_dim=sparse_dim or None, max_error_rate=None)
+    size = data.stat().st_size
+    cuts = [0, 1, 2, 57, size // 3, size // 3 + 1, size - 2, size]  # anywhere, even mid-line
+    spec = "".join(
+        f"{data}\t{a}\t{b}\t{tmp_path / f's{k}'}\t-\n"
+        for k, (a, b) in enumerate(itertools.pairwise(cuts))
+    )
+    rows = _run(spec, "--sparse-dim", str(sparse_dim))
+    assert len(rows) == len(batch)
+    for i, row in enumerate(rows):
+        slots, show, click = _decode(row)
+        assert slots == _expected(batch, i), i
+        assert (show, click) == (batch.show[i], batch.click[i])
+    counts = np.array(
+        [
+            [int(x) for x in (tmp_path / f"s{k}").read_text().split()[:7]]
+            for k in range(len(cuts) - 1)
+        ]
+    ).sum(axis=0)
+    lines, samples, blank, malformed, ignored, heldout, emitted = counts.tolist()
+    assert (lines, samples, blank, malformed) == (
+        stats.lines,
+        stats.samples,
+        stats.blank,
+        stats.malformed,
+    )
+    assert ignored == stats.ignored_features and heldout == 0 and emitted == samples
+
+
+def test_the_held_out_split_is_the_hash_rule(tmp_path: Path) -> None:
+    data = tmp_path / "part-0"
+    data.write_text("\n".join(_lines(3000)) + "\n")
+    batch, _ = read_file(str(data), SLOTS, max_error_rate=None)
+    held = heldout_mask(batch)
+    assert 0 < held.sum() < len(batch)
+    out = tmp_path / "held.txt"
+    rows = _run(f"{data}\t0\t-1\t-\t{out}\n", "--heldout", "save")
+    kept = np.flatnonzero(~held)
+    assert len(rows) == kept.size
+    for row, i in zip(rows, kept, strict=True):
+        assert _decode(row)[0] == _expected(batch, int(i))
+    held_batch = native.parse_heldout(out.read_bytes(), SLOTS, None, 10_000)[0]
+    assert len(held_batch) == int(held.sum())
+    np.testing.assert_array_equal(held_batch.click, batch.click[held])
+    # --heldout only: nothing emitted, the same lines picked (what the exporter reads)
+    assert native.heldout_lines([native.Range(str(data))], SLOTS, None) == out.read_bytes()
+
+
+def test_bad_share_above_the_bound_names_the_lines(tmp_path: Path) -> None:
+    data = tmp_path / "part-0"
+    data.write_text("1 0 5:3\n1 2 5:3\n1 0 5:3\n")
+    stats_path = tmp_path / "s"
+    _run(f"{data}\t0\t-1\t{stats_path}\t-\n")
+    stats = native.RangeStats.read("part-0", stats_path)
+    assert (stats.samples, stats.malformed, stats.bad_offsets) == (2, 1, [8])
+    stats.check(str(data), 0.5)  # 1 of 3 is within the bound
+    with pytest.raises(Exception, match=r"1 of 3 lines malformed") as err:
+        stats.check(str(data), 0.1)
+    assert "part-0@8: click 2 > show 1" in err.value.problems[0]
