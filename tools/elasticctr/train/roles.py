@@ -587,6 +587,10 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                     max_error_rate=cfg.max_error_rate,
                 )
                 n, losses, native_done = result.trained, result.losses, True
+                # The reader's rows must be in this partition's dump ("exports hold every
+                # trained row"): the worker's sparse pushes are queued; flush them (the
+                # dense ones went synchronously with each batch of train_from_dataset).
+                fleet.fleet._runtime_handle._worker.client_flush()
                 log(f"{part.version_id}: native pipeline, {result.ticks} dense pulls")
                 heldout = native.parse_heldout(
                     result.heldout_text, cfg.slots, cfg.sparse_dim, cfg.model.batch_size
