@@ -309,3 +309,19 @@ def test_every_probe_tolerates_a_busy_node(helm):
     assert len(probes) >= 10, probes
     short = [(n, c, k) for n, c, k, p in probes if p.get("timeoutSeconds", 1) < 5]
     assert not short, short
+
+
+def test_helm_test_pod_outlives_its_success_for_helm_test_logs(helm):
+    """`helm test --logs` reads the test pod's log after it finished: a hook-succeeded
+    delete policy removed it first and made helm test fail (found on the one-node cluster)."""
+    rendered = render(helm)
+    assert rendered.returncode == 0, rendered.stderr
+    hooks = [
+        d
+        for d in yaml.safe_load_all(rendered.stdout)
+        if d and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+    ]
+    assert any(d["kind"] == "Pod" for d in hooks), hooks
+    for doc in hooks:
+        policy = doc["metadata"]["annotations"].get("helm.sh/hook-delete-policy", "")
+        assert "hook-succeeded" not in policy, (doc["kind"], policy)

@@ -139,7 +139,17 @@ def newest_version(get: Callable[[str], Any]) -> str | None:
 
 
 def _newest_version(core, namespace: str, service) -> str | None:
-    return newest_version(lambda path: _proxy_get(core, namespace, service, path))
+    from kubernetes.client.exceptions import ApiException
+
+    def get(path: str) -> Any:
+        try:
+            return _proxy_get(core, namespace, service, path)
+        except ApiException as exc:
+            if exc.status == 404:  # no versions/ yet (fresh install): no model, not an error
+                return None
+            raise
+
+    return newest_version(get)
 
 
 def _stored_progress(core, namespace: str, service) -> dict:
