@@ -11,6 +11,7 @@ start-up failure fails (never skips) with node conditions, pod events and compon
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -30,22 +31,37 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="package")
-def local_registry(tmp_path_factory) -> str:
+def local_registry() -> str:
     """host:port of a local OCI registry (scripts/registry.sh, Debian's docker-registry on
-    loopback); ELASTICCTR_REGISTRY names an already running one instead."""
+    loopback); ELASTICCTR_REGISTRY names an already running one instead. Its blob store
+    persists in ~/.cache/elasticctr/images/e2e-registry (by the same port when free), so a
+    warm run's `publish.sh` does not upload ~2 GB of unchanged layers again; every image and
+    the chart are still pushed, and the cluster's fresh containerd pulls them all."""
     if os.environ.get("ELASTICCTR_REGISTRY"):
         yield os.environ["ELASTICCTR_REGISTRY"]
         return
     script = REPO / "scripts" / "registry.sh"
     if not script.exists():
         pytest.fail(f"{script} missing: the cluster pulls images from the local registry")
-    state = tmp_path_factory.mktemp("registry")
+    cache = os.environ.get("ELASTICCTR_IMAGES_CACHE", Path.home() / ".cache/elasticctr/images")
+    state = Path(cache) / "e2e-registry"
+    state.mkdir(parents=True, exist_ok=True)
+    port_file = state / "port"
+    port = int(port_file.read_text()) if port_file.exists() else 0
+    if port:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                port = 0  # taken: a new port (the blobs stay)
     proc = subprocess.run(
-        [str(script), "start", str(state)], capture_output=True, text=True, timeout=600
+        [str(script), "start", str(state), str(port)], capture_output=True, text=True, timeout=600
     )
     if proc.returncode != 0:
         pytest.fail(f"scripts/registry.sh start failed: {proc.stderr[-2000:]}", pytrace=False)
-    yield proc.stdout.strip().splitlines()[-1]
+    address = proc.stdout.strip().splitlines()[-1]
+    port_file.write_text(address.rsplit(":", 1)[1])
+    yield address
     subprocess.run([str(script), "stop", str(state)], capture_output=True, timeout=60)
 
 

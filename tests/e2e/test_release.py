@@ -1,0 +1,386 @@
+"""The chart on the one-node cluster, run the way a user runs it, through `ectl` and `helm`.
+
+The published chart (`make publish` to the local OCI registry: images and chart) is
+installed with `ectl install --wait` on the demo values; hours of data are uploaded to the
+release's fileserver with `ectl port-forward fileserver -- ectl data generate`; the Volcano
+Job trains them, publishes one model version per hour to the fileserver store, cube-transfer
+builds and commits each, cube and serving switch to the newest; `helm test` passes; `ectl
+status` shows it all; predictions through `ectl port-forward serving -- ectl predict` equal
+a local `ectl serve` of the same version; MLflow has the run, the registered versions and
+the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
+deleted trainer pod is replaced alone and no sample is counted twice, `ectl rollback`
+restores the previous revision and `ectl uninstall` leaves no pod.
+
+The tests of this module run in order on one release (module-scoped fixture).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.conftest import REPO
+from tests.e2e.conftest import wait_until
+
+from elasticctr.cli.status import component_name
+from elasticctr.net import free_port
+
+# The first test's set-up publishes every image (cold: ~2 GB into the registry) and the
+# cluster pulls them all; each later test waits for training on a 2-core machine.
+pytestmark = pytest.mark.timeout(1800)
+
+NS = "e2e-release"
+RELEASE = "ctr"
+ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
+HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03"]
+FIRST, REST = HOURS[:2], HOURS[2:]
+LINES = 3000  # per hour: the job trains an hour in seconds; enough for a held-out AUC
+SEED = 11
+
+
+def _env(kube_cluster) -> dict:
+    env = dict(os.environ, KUBECONFIG=str(kube_cluster.kubeconfig))
+    env["PATH"] = f"{REPO / '.tools' / 'bin'}:{env['PATH']}"
+    env.pop("ELASTICCTR_RELEASE", None)
+    env.pop("ELASTICCTR_NAMESPACE", None)
+    return env
+
+
+def ectl(kube_cluster, *args: str, timeout: float = 300, env: dict | None = None, check=True):
+    proc = subprocess.run(
+        [*ECTL, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**_env(kube_cluster), **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"ectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}\n{kube_cluster.diagnostics(NS)}",
+            pytrace=False,
+        )
+    return proc
+
+
+def helm(kube_cluster, *args: str, timeout: float = 300):
+    return subprocess.run(
+        ["helm", *args, "--kubeconfig", str(kube_cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(kube_cluster),
+    )
+
+
+@pytest.fixture(scope="module")
+def chart_ref(local_registry, tmp_path_factory) -> str:
+    """Publish the built images and the packaged chart to the cluster's registry
+    (scripts/images/publish.sh, what `make publish` runs) and return the chart reference."""
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "images" / "publish.sh"), local_registry, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=REPO,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"publish.sh failed (run `make images` first):\n{proc.stderr[-3000:]}")
+    (digests,) = out.glob("elasticctr-*.digests.json")
+    chart = json.loads(digests.read_text())["chart"]
+    ref = chart["reference"] if isinstance(chart, dict) else chart
+    return ref.split("@")[0]
+
+
+@pytest.fixture(scope="module")
+def release(kube_cluster, chart_ref):
+    """The installed release; uninstalled at the end if a test left it."""
+    state: dict = {"chart": chart_ref, "t0": time.monotonic()}
+    yield state
+    ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", check=False, timeout=300)
+
+
+def status(kube_cluster) -> dict:
+    proc = ectl(kube_cluster, "status", "-R", RELEASE, "-n", NS, "-o", "json", timeout=120)
+    return json.loads(proc.stdout)
+
+
+def core_api(kube_cluster):
+    from kubernetes import client
+
+    return client.CoreV1Api(kube_cluster.api())
+
+
+def pods(kube_cluster, component: str | None = None) -> list:
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    items = core_api(kube_cluster).list_namespaced_pod(NS, label_selector=selector).items
+    if component is None:
+        return items
+    return [p for p in items if component_name(p.metadata.labels) == component]
+
+
+def fileserver_token(kube_cluster) -> str:
+    secret = core_api(kube_cluster).read_namespaced_secret(f"{RELEASE}-fileserver", NS)
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def upload_hours(kube_cluster, tmp_path: Path, start: str, hours: int) -> None:
+    """Generate hours with a fixed seed (same bytes as a local copy) and upload them to the
+    release's fileserver through `ectl port-forward` (partitions + donefiles)."""
+    ectl(
+        kube_cluster,
+        "port-forward", "fileserver", "-R", RELEASE, "-n", NS, "--",
+        *ECTL, "data", "generate", "{url}/data", "--start", start, "--hours", str(hours),
+        "--lines", str(LINES), "--files", "2", "--seed", str(SEED),
+        env={"ELASTICCTR_FILESERVER_TOKEN": fileserver_token(kube_cluster)},
+        timeout=600,
+    )  # fmt: skip
+
+
+def local_copy(kube_cluster, tmp_path: Path, start: str, hours: int) -> Path:
+    """The same bytes as `upload_hours` wrote (same generator options and seed), locally."""
+    out = tmp_path / f"data-{start.replace('/', '')}"
+    subprocess.run(
+        [*ECTL, "data", "generate", f"file://{out}", "--start", start, "--hours", str(hours),
+         "--lines", str(LINES), "--files", "2", "--seed", str(SEED)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return out
+
+
+def trained_samples(kube_cluster, tmp_path: Path) -> int:
+    """Samples the job must train once each: every line of every hour minus the held-out
+    ones (elasticctr.train.elastic.heldout_mask, the trainers' own rule)."""
+    from elasticctr.train import config
+    from elasticctr.train.elastic import _read, heldout_mask
+
+    values = tmp_path / "values.yaml"
+    values.write_text(json.dumps({"global": {"data": {"slots": list(range(27))}}}))
+    cfg = config.load(values)
+    total = 0
+    for start, hours in ((FIRST[0], len(FIRST)), (REST[0], len(REST))):
+        root = local_copy(kube_cluster, tmp_path, start, hours)
+        for part in sorted(root.glob("*/*/part-*")):
+            for batch in _read(cfg, f"file://{part}"):
+                total += len(batch) - int(heldout_mask(batch).sum())
+    return total
+
+
+def exported(kube_cluster) -> set[str]:
+    coordinator = status(kube_cluster).get("coordinator") or {}
+    return {p["partition"] for p in coordinator.get("partitions", []) if p.get("exported")}
+
+
+def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
+    t0 = time.monotonic()
+    ectl(
+        kube_cluster,
+        "install", "--chart", release["chart"], "-f", str(REPO / "values" / "demo.yaml"),
+        "--set", f"global.data.endDateHour={HOURS[-1]}",
+        "-R", RELEASE, "-n", NS, "--create-namespace", "--wait", "--timeout", "10m",
+        timeout=900,
+    )  # fmt: skip
+    release["install_s"] = round(time.monotonic() - t0, 1)
+    s = status(kube_cluster)
+    assert s["release"]["status"] == "deployed", s["release"]
+    running = {p["component"] for p in s["pods"] if p["phase"] == "Running"}
+    assert {"coordinator", "pserver", "trainer", "cube", "cube-transfer", "serving",
+            "fileserver", "mlflow"} <= running, s["pods"]  # fmt: skip
+    assert s["model"]["newestVersion"] is None  # no model yet: ready anyway
+    print(f"\ninstall --wait: {release['install_s']} s")
+
+
+def test_hours_are_trained_published_committed_and_served(kube_cluster, release, tmp_path):
+    t0 = time.monotonic()
+    upload_hours(kube_cluster, tmp_path, FIRST[0], len(FIRST))
+    wait_until(
+        f"hours {FIRST} exported", lambda: set(FIRST) <= exported(kube_cluster), 900,
+        kube_cluster, NS,
+    )  # fmt: skip
+
+    def served(version: str):
+        s = status(kube_cluster)
+        ready = s["model"]["newestVersion"] == version and s["model"]["cube"]
+        ready = ready and s["model"]["cube"].get("committed") == version
+        return ready and s["serving"].get("modelVersion") == version and s
+
+    s = wait_until(f"{FIRST[-1]} served", lambda: served(FIRST[-1]), 300, kube_cluster, NS)
+    release["first_hours_s"] = round(time.monotonic() - t0, 1)
+    release["status"] = s
+    print(f"\ntwo hours uploaded -> served in {release['first_hours_s']} s")
+
+    proc = helm(kube_cluster, "test", RELEASE, "-n", NS, "--timeout", "5m", "--logs", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Succeeded" in proc.stdout, proc.stdout
+
+    # ectl status: the job's progress, the newest version, cube's and serving's
+    assert s["release"]["status"] == "deployed"
+    assert set(FIRST) <= {p["partition"] for p in s["coordinator"]["partitions"]}
+    assert s["coordinator"]["samples"] > 0
+    table = ectl(kube_cluster, "status", "-R", RELEASE, "-n", NS, env={"COLUMNS": "200"}).stdout
+    assert f"model version {FIRST[-1]}" in table and "newest model version" in table, table
+
+
+def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
+    kube_cluster, release, tmp_path
+):
+    version = release["status"]["serving"]["modelVersion"]
+    local = local_copy(kube_cluster, tmp_path, FIRST[0], len(FIRST))
+    samples = tmp_path / "samples.txt"
+    lines = (local / FIRST[-1]).glob("part-*")
+    samples.write_text("".join(next(iter(lines)).read_text().splitlines(True)[:300]))
+    deployed = ectl(
+        kube_cluster, "port-forward", "serving", "-R", RELEASE, "-n", NS, "--",
+        *ECTL, "predict", str(samples),
+    )  # fmt: skip
+    assert f"version={version}" in deployed.stderr, deployed.stderr
+    token = fileserver_token(kube_cluster)
+    env = {**_env(kube_cluster), "ELASTICCTR_FILESERVER_TOKEN": token}
+    fs_port, serve_port = free_port(), free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [*ECTL, "port-forward", "fileserver", "-R", RELEASE, "-n", NS, "-p", str(fs_port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+        wait_until(
+            "the fileserver port-forward",
+            lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code == 200,
+            120, kube_cluster, NS,
+        )  # fmt: skip
+        procs.append(subprocess.Popen(
+            [*ECTL, "serve", "--store", f"http://127.0.0.1:{fs_port}/models", "--version",
+             version, "--port", str(serve_port), "--poll-interval", "2", "--cache",
+             str(tmp_path / "cache")],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),
+        ))  # fmt: skip
+        url = f"http://127.0.0.1:{serve_port}"
+
+        def answered():
+            proc = subprocess.run(
+                [*ECTL, "predict", str(samples), "--url", url],
+                capture_output=True, text=True, timeout=120, env=env,
+            )  # fmt: skip
+            return proc if proc.returncode == 0 else None
+
+        local_run = wait_until("local ectl serve", answered, 300, kube_cluster, NS)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
+    assert f"version={version}" in local_run.stderr
+    ours = [float(x) for x in deployed.stdout.split()]
+    theirs = [float(x) for x in local_run.stdout.split()]
+    assert len(ours) == len(theirs) == 300
+    assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) <= 2e-6
+
+
+def test_mlflow_has_the_run_the_versions_and_the_serving_alias(kube_cluster, release):
+    served = release["status"]["serving"]["modelVersion"]
+    script = (
+        "import json, os, mlflow\n"
+        "c = mlflow.MlflowClient(os.environ['MLFLOW_TRACKING_URI'])\n"
+        "runs = mlflow.search_runs(experiment_names=['elasticctr'], output_format='list')\n"
+        "mvs = c.search_model_versions(\"name = 'elasticctr'\")\n"
+        "alias = c.get_model_version_by_alias('elasticctr', 'serving')\n"
+        "print(json.dumps({'runs': [r.info.run_name for r in runs],\n"
+        "  'versions': sorted(m.tags.get('elasticctr.version') for m in mvs),\n"
+        "  'alias': alias.tags.get('elasticctr.version')}))\n"
+    )
+
+    def registered():
+        proc = ectl(
+            kube_cluster, "port-forward", "mlflow", "-R", RELEASE, "-n", NS, "--",
+            sys.executable, "-c", script, check=False, timeout=300,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return None
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        return got if got["alias"] == served and set(FIRST) <= set(got["versions"]) else None
+
+    got = wait_until("MLflow registry and alias", registered, 600, kube_cluster, NS)
+    assert any(name.startswith("train-") for name in got["runs"]), got
+
+
+def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone(
+    kube_cluster, release, tmp_path
+):
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(kube_cluster.api())
+    (job,) = custom.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs")[
+        "items"
+    ]
+    name = job["metadata"]["name"]
+    before = {p.metadata.name: p.metadata.uid for p in pods(kube_cluster, "trainer")}
+    assert len(before) == 2, before
+    ectl(
+        kube_cluster,
+        "upgrade", "--chart", release["chart"], "-f", str(REPO / "values" / "demo.yaml"),
+        "--set", f"global.data.endDateHour={HOURS[-1]}", "--set", "trainer.trainer.replicas=3",
+        "-R", RELEASE, "-n", NS, "--wait", "--timeout", "10m",
+        timeout=900,
+    )  # fmt: skip
+
+    def three_running():
+        now = {p.metadata.name: p for p in pods(kube_cluster, "trainer")}
+        running = [p for p in now.values() if p.status.phase == "Running"]
+        return len(running) == 3 and now
+
+    now = wait_until("a third trainer", three_running, 300, kube_cluster, NS)
+    for pod_name, uid in before.items():  # in place: the two trainers were not restarted
+        assert now[pod_name].metadata.uid == uid, pod_name
+    job = custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", name)
+    assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
+
+    victim = sorted(now)[0]
+    others = {n: p.metadata.uid for n, p in now.items() if n != victim}
+    core_api(kube_cluster).delete_namespaced_pod(victim, NS)
+
+    def replaced():
+        after = {p.metadata.name: p for p in pods(kube_cluster, "trainer")}
+        new = after.get(victim)
+        return (
+            new is not None
+            and new.metadata.uid != now[victim].metadata.uid
+            and (new.status.phase == "Running")
+            and after
+        )
+
+    after = wait_until(f"{victim} replaced", replaced, 300, kube_cluster, NS)
+    for pod_name, uid in others.items():
+        assert after[pod_name].metadata.uid == uid, f"{pod_name} was restarted too"
+    job = custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", name)
+    assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
+
+    # the rest of the hours: every sample of every hour trained exactly once
+    upload_hours(kube_cluster, tmp_path, REST[0], len(REST))
+    wait_until(f"all of {HOURS} exported", lambda: set(HOURS) <= exported(kube_cluster), 900,
+               kube_cluster, NS)  # fmt: skip
+    progress = status(kube_cluster)["coordinator"]
+    expected = trained_samples(kube_cluster, tmp_path)
+    assert progress["samples"] == expected, (progress, expected)
+
+
+def test_rollback_restores_the_previous_revision(kube_cluster, release):
+    before = status(kube_cluster)["release"]["revision"]
+    ectl(kube_cluster, "rollback", str(before - 1), "-R", RELEASE, "-n", NS, "--wait",
+         timeout=900)  # fmt: skip
+    s = status(kube_cluster)
+    assert s["release"]["revision"] == before + 1 and s["release"]["status"] == "deployed"
+    proc = helm(kube_cluster, "get", "values", RELEASE, "-n", NS, "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert (json.loads(proc.stdout).get("trainer") or {}).get("trainer", {}).get("replicas") != 3
+
+
+def test_uninstall_leaves_no_pod(kube_cluster, release):
+    ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", "--wait", timeout=600)
+    wait_until("no pod left", lambda: not pods(kube_cluster), 300, kube_cluster, NS)
