@@ -311,7 +311,11 @@ def test_status_reads_the_real_objects(cluster, release, ectl):
         }
     ]
     assert data["pods"] == []  # no scheduler, no kubelet: no pod ever exists
-    assert data["coordinator"] == {"unavailable": "no running coordinator pod"}
+    # no coordinator pod, and the fileserver Service has no endpoint to read the stored
+    # progress from
+    assert data["coordinator"] == {
+        "unavailable": "no running coordinator pod, and no stored progress"
+    }
     serving = {k: data["serving"][k] for k in ("deployment", "ready", "serving")}
     assert serving == {"deployment": f"{RELEASE}-serving", "ready": 0, "serving": False}
     assert data["serving"]["modelVersion"] is None  # the proxy finds no endpoint
