@@ -57,10 +57,12 @@ def test_served_version_is_logged_and_the_pyfunc_matches_the_service(tmp_path):
         model.predict(pd.DataFrame({"line": ["1 3 5:0"]}))
 
 
-def test_registry_alias_serving_follows_every_switch_and_rollback(tmp_path):
+def test_registry_alias_serving_follows_every_switch_and_rollback(tmp_path, mlflow_server):
     """Training registers each published version (elasticctr.train.registry); serving moves
     the registered model's alias `serving` to the version it answers with, on every switch,
-    a rollback included, so MLflow says which version is live."""
+    a rollback included, so MLflow says which version is live. Against a real tracking
+    server over http, as in the chart: serving moves the alias through MLflow's REST API
+    (its image has no MLflow client)."""
     import mlflow
 
     from elasticctr import mlflowreg
@@ -68,13 +70,19 @@ def test_registry_alias_serving_follows_every_switch_and_rollback(tmp_path):
     from elasticctr.train import registry
 
     store = tmp_path / "store"
-    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri, wait = mlflow_server
+    db = wait()
     numbers = {}
-    for version in (V1, V2):
-        vdir = write_version(store, version, slots=SLOTS, dim=8, keys=[1, 2, 3], seed=1)
-        mv = registry.register_version(db, version, str(vdir), vdir / "manifest.json")
-        assert mv is not None
-        numbers[version] = str(mv.version)
+    mlflow.set_tracking_uri(db)
+    mlflow.set_experiment("alias-test")
+    with mlflow.start_run() as run:  # MLflow 3 refuses file:// sources: run-manifest ones
+        for version in (V1, V2):
+            vdir = write_version(store, version, slots=SLOTS, dim=8, keys=[1, 2, 3], seed=1)
+            mv = registry.register_version(
+                db, version, str(vdir), vdir / "manifest.json", run_id=run.info.run_id
+            )
+            assert mv is not None
+            numbers[version] = str(mv.version)
     client = mlflow.MlflowClient(tracking_uri=db, registry_uri=db)
     name = mlflowreg.registered_model_name()
 

@@ -5,6 +5,12 @@ Training registers every published version under one registered model
 YYYYMMDD/HH (elasticctr.train.registry). Serving moves the registry alias `serving` to the
 registered version it answers with on every switch, rollbacks included, so MLflow says which
 version is live. Neither side imports the other: both use this module.
+
+Serving's image has no MLflow client (it would add MLflow's dependency tree to every
+serving pod), so against a tracking server (http/https URI) the alias is moved through
+MLflow's REST API (`GET model-versions/search`, `POST registered-models/alias`, the calls
+MlflowClient makes) with httpx; other URIs (sqlite, file: local mode, tests) use
+MlflowClient.
 """
 
 from __future__ import annotations
@@ -29,9 +35,7 @@ def client_for(tracking_uri: str):
 
 def find_registered(client, name: str, version_id: str):
     """The registered version of `name` tagged with `version_id`, else None."""
-    found = client.search_model_versions(
-        f"name = '{name}' and tags.`{C.MLFLOW_TAG_VERSION}` = '{version_id}'"
-    )
+    found = client.search_model_versions(_version_filter(name, version_id))
     return found[0] if found else None
 
 
@@ -42,9 +46,43 @@ def set_serving_alias(
     version; returns that MLflow version number, or None when `version_id` is not
     registered (yet: training registers after publishing). MLflow errors propagate."""
     name = name or registered_model_name()
+    if client is None and tracking_uri.startswith(("http://", "https://")):
+        return _set_alias_rest(tracking_uri, name, version_id)
     client = client or client_for(tracking_uri)
     mv = find_registered(client, name, version_id)
     if mv is None:
         return None
     client.set_registered_model_alias(name, SERVING_ALIAS, mv.version)
     return str(mv.version)
+
+
+def _version_filter(name: str, version_id: str) -> str:
+    return f"name = '{name}' and tags.`{C.MLFLOW_TAG_VERSION}` = '{version_id}'"
+
+
+def _set_alias_rest(tracking_uri: str, name: str, version_id: str) -> str | None:
+    """set_serving_alias through the tracking server's REST API (MLflow's own auth
+    variables are honoured: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME/PASSWORD)."""
+    import httpx
+
+    headers, auth = {}, None
+    if token := os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {token}"
+    elif user := os.environ.get("MLFLOW_TRACKING_USERNAME"):
+        auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+    base = tracking_uri.rstrip("/") + "/api/2.0/mlflow"
+    with httpx.Client(timeout=30, headers=headers, auth=auth) as http:
+        found = http.get(
+            base + "/model-versions/search", params={"filter": _version_filter(name, version_id)}
+        )
+        found.raise_for_status()
+        versions = found.json().get("model_versions") or []
+        if not versions:
+            return None
+        number = str(versions[0]["version"])
+        done = http.post(
+            base + "/registered-models/alias",
+            json={"name": name, "alias": SERVING_ALIAS, "version": number},
+        )
+        done.raise_for_status()
+        return number
