@@ -509,13 +509,32 @@ def test_uninstall_leaves_nothing_behind(cluster, ectl, second):
         installed = _namespace_contents(api, ns)
         assert f"Job/{volcano_jobs(api, ns)[0]['metadata']['name']}" in installed
         assert any(name.startswith("Secret/sh.helm.release.v1.") for name in installed)
+        # What `helm test` leaves (its pod is kept for `helm test --logs`; helm uninstall
+        # keeps hook resources): ectl uninstall removes it too.
+        from kubernetes import client
+
+        labels = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "test"}
+        core = client.CoreV1Api(api)
+        name = f"{RELEASE}-elasticctr-test-predict"
+        core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels}})
+        try:  # no controller-manager here makes the namespace's default ServiceAccount
+            core.create_namespaced_service_account(ns, {"metadata": {"name": "default"}})
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        core.create_namespaced_pod(ns, {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "predict", "image": "elasticctr.local/busybox:1"}]},
+        })  # fmt: skip
         proc = ectl("uninstall", "-R", RELEASE, "-n", ns, "--yes", kubeconfig=cluster.kubeconfig)
         assert proc.returncode == 0, proc.stderr + proc.stdout
         # helm deletes in the background; without a controller-manager no finalizer runs
         # (the fixture disables the PVC-protection admission that would add one).
         deadline = time.monotonic() + 30
+        kept.add("ServiceAccount/default")  # made above, as a controller-manager would
         while (left := set(_namespace_contents(api, ns))) != kept and time.monotonic() < deadline:
             time.sleep(1)
         assert left == kept
+        assert not core.list_namespaced_pod(ns).items
     finally:
         api.close()

@@ -574,12 +574,33 @@ def uninstall(
             )
         except Exception as exc:
             raise common.helm_error(exc, f"uninstall {release} failed") from exc
+        _delete_test_hooks(target, release, ns)
         if output is OutputFormat.json:
             common.print_json({"release": release, "namespace": ns, "uninstalled": True})
         else:
             console.print(f"[green]uninstalled[/green] {release} from {ns}")
 
     common.run(go())
+
+
+def _delete_test_hooks(target, release: str, namespace: str) -> None:
+    """`helm uninstall` keeps hook resources: the `helm test` pod (kept after it succeeds so
+    `helm test --logs` can read it) and its ConfigMap would outlive the release."""
+    from kubernetes import client
+
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=test"
+    api = common.kube_api_client(target)
+    try:
+        core = client.CoreV1Api(api)
+        core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+        core.delete_collection_namespaced_config_map(namespace, label_selector=selector)
+    except Exception as exc:  # noqa: BLE001 - the release is gone; say what is left
+        console.print(
+            f"[yellow]warning:[/yellow] the release's test pod may remain ({exc}); "
+            f"kubectl -n {namespace} delete pod,configmap -l {selector}"
+        )
+    finally:
+        api.close()
 
 
 def rollback(
