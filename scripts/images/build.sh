@@ -102,6 +102,15 @@ if ! ls "$PROJ"/elasticctr-*.whl >/dev/null 2>&1; then
 fi
 cp "$PROJ"/elasticctr-*.whl "$CTX/project/"
 
+# --- 3b. the native training reader (docs/training.md "Native path") -------------------
+# Built here, static (the base image has no compiler; Debian's libc.a on the host): the
+# train image ships it as $ECTL_SLOTFEED, so the chart's trainers use the native pipeline.
+mkdir -p "$CTX/native"
+cc=${CC:-$(command -v gcc || command -v cc || true)}
+[ -n "$cc" ] || { echo "build.sh: gcc is needed to build ectl-slotfeed (apt-get install gcc)" >&2; exit 1; }
+"$cc" -O2 -std=gnu11 -static -o "$CTX/native/ectl-slotfeed" tools/elasticctr/train/slotfeed.c \
+  || { echo "build.sh: building ectl-slotfeed failed (static: libc6-dev provides libc.a)" >&2; exit 1; }
+
 # --- 4. images ----------------------------------------------------------------------------
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- 2>/dev/null || REVISION="$REVISION-dirty"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from elasticctr import constants as C
+from elasticctr.errors import EctlError
 
 SERVING_ALIAS = "serving"
 
@@ -28,8 +29,13 @@ def registered_model_name() -> str:
 
 
 def client_for(tracking_uri: str):
-    from mlflow import MlflowClient
-
+    try:
+        from mlflow import MlflowClient
+    except ImportError as exc:  # the serving image: only http(s) tracking URIs (REST)
+        raise EctlError(
+            f"no MLflow client here for tracking URI {tracking_uri}",
+            hint="use the tracking server's http(s) URL, or install mlflow-skinny",
+        ) from exc
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
