@@ -89,11 +89,9 @@ def test_progress_waits_for_a_coordinator_that_starts_late():
     """In a Volcano Job the trainers start with the coordinator pod: the first progress
     call (before any lease) must wait for it to listen, not fail the trainer (seen on the
     one-node cluster: both trainers restarted twice with 'Connection refused')."""
-    import socket
+    from elasticctr.net import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     coord = Coordinator(task_bytes=100, lease_seconds=30)
     started: dict = {}
 
