@@ -41,11 +41,12 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
             "0-7",
             "--seed",
             "3",
-            # 1,000 feasigns per slot: learnable from 30k lines, so the first hour's
-            # export is well above chance (with 10k most ids are new in hour 00 and its
-            # AUC sat at 0.52-0.65 run to run).
+            # 100 feasigns per slot (the quickstart's demo vocabulary): one hour pins
+            # most weights down, so the exports sit well above chance even when async
+            # training on a loaded machine is noisy (10k: 0.52-0.65 in hour 00; 1,000:
+            # hour 01 at 0.558 in a loaded CI run, 0.62-0.69 on a quiet one).
             "--vocab",
-            "1000",
+            "100",
         ],
         check=True,
         capture_output=True,
@@ -101,7 +102,7 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
         assert manifest["metrics"]["samples"] > 25000  # ~90% trained, 10% held out
         assert manifest["metrics"]["samples_per_sec_per_trainer"] > 0
         aucs.append(manifest["metrics"]["auc"])
-    assert min(aucs) > 0.56, aucs  # 0.685-0.724 measured (6 hours, 3 runs); chance 0.5
+    assert min(aucs) > 0.58, aucs  # 0.687-0.738 measured at load average 10-11; chance 0.5
     progress = json.loads((tmp_path / "ckpt" / "ps" / "progress.json").read_text())
     assert progress["version"] == "20200401/01"
 
