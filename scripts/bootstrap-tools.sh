@@ -139,10 +139,11 @@ cluster_apt
 ln -sf /usr/bin/etcd "$BIN/etcd"
 
 # Kubernetes: one multi-call binary `kube` (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy) built from the wrapper module scripts/kube
+# kube-scheduler, kubelet, kube-proxy, and kubectl for chart-testing's `ct install`) built
+# from the wrapper module scripts/kube
 # (k8s.io/kubernetes with every staging module pinned to its v0.X.Y), cached in
 # $CACHE/kube-<version>-<hash of the wrapper>; each component is a symlink named after it.
-KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 kube_components() {
   local src="$ROOT/scripts/kube" version minor hash cached tmp c
   version=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "k8s.io/kubernetes" {print $2; exit}' \
@@ -270,6 +271,7 @@ report hdfs-minicluster minihdfs --version
 report kube-apiserver kube-apiserver --version
 report kubelet kubelet --version
 report kube-proxy kube-proxy --version
+report kubectl kubectl version --client
 report vc-scheduler bash -c "vc-scheduler --version 2>&1 | grep -m1 'API Version'"
 report coredns coredns -version
 report local-path local-path-provisioner --version

@@ -10,6 +10,7 @@ start-up failure fails (never skips) with node conditions, pod events and compon
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -66,6 +67,36 @@ def local_registry() -> str:
 
 
 @pytest.fixture(scope="package")
+def published(local_registry, tmp_path_factory) -> dict:
+    """Publish the built images and the packaged chart to the cluster's registry once for
+    every e2e test (scripts/images/publish.sh, what `make publish` runs). Returns
+    `{"registry": HOST:PORT, "chart": "oci://HOST:PORT/charts/elasticctr:V", "images": {...}}`;
+    `chart_image_values(published)` are the values that make a chart directory (not the
+    published package, which has them as defaults) pull these images."""
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "images" / "publish.sh"), local_registry, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=REPO,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"publish.sh failed (run `make images` first):\n{proc.stderr[-3000:]}")
+    (digests,) = out.glob("elasticctr-*.digests.json")
+    meta = json.loads(digests.read_text())
+    chart = meta["chart"]
+    ref = chart["reference"] if isinstance(chart, dict) else chart
+    return {"registry": meta["registry"], "chart": ref.split("@")[0], "images": meta["images"]}
+
+
+def chart_image_values(published: dict) -> dict:
+    """The `global.image.registry` publish.sh bakes into the packaged chart (its one edit of
+    values.yaml), for installs of the chart directory (chart-testing)."""
+    return {"global": {"image": {"registry": published["registry"]}}}
+
+
+@pytest.fixture(scope="package")
 def kube_cluster(tmp_path_factory, local_registry) -> harness.Harness:
     for name in ("kube", "etcd", "coredns", "local-path-provisioner", "vc-scheduler", "helm"):
         require_tool(name)
@@ -104,4 +135,4 @@ def wait_until(what: str, probe, timeout: float, h: harness.Harness, namespace: 
     )
 
 
-__all__ = ["Path", "wait_until"]
+__all__ = ["Path", "chart_image_values", "wait_until"]

@@ -81,23 +81,9 @@ def helm(kube_cluster, *args: str, timeout: float = 300):
 
 
 @pytest.fixture(scope="module")
-def chart_ref(local_registry, tmp_path_factory) -> str:
-    """Publish the built images and the packaged chart to the cluster's registry
-    (scripts/images/publish.sh, what `make publish` runs) and return the chart reference."""
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "images" / "publish.sh"), local_registry, str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=REPO,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"publish.sh failed (run `make images` first):\n{proc.stderr[-3000:]}")
-    (digests,) = out.glob("elasticctr-*.digests.json")
-    chart = json.loads(digests.read_text())["chart"]
-    ref = chart["reference"] if isinstance(chart, dict) else chart
-    return ref.split("@")[0]
+def chart_ref(published) -> str:
+    """The published chart's reference (the package-scoped `published`, conftest.py)."""
+    return published["chart"]
 
 
 @pytest.fixture(scope="module")
