@@ -165,6 +165,7 @@ def trainer(
 
     coordinator = coordinator or coordinator_url()
     if coordinator:
+        _exit_on_sigterm_until_leasing()
         from elasticctr.train import elastic
 
         ckpt = checkpoint_dir or (
@@ -194,6 +195,19 @@ def trainer(
     )
     roles.main_trainer(cfg, opts)
     _exit_after_training()
+
+
+def _exit_on_sigterm_until_leasing() -> None:
+    """An elastic trainer told to stop before it holds a lease (preempted while it starts:
+    importing Paddle, waiting for the coordinator or the pservers) has nothing to give back:
+    exit 0 at once. Without a handler, a trainer that is PID 1 in its container ignores
+    SIGTERM until the kubelet kills it after the grace period: exit 137, the pod Failed,
+    and the Volcano Job spends a retry on it (RestartPod) - on the one-node cluster, five
+    preemptions of freshly started trainers failed the whole job (docs/coordinator.md).
+    `elastic.run` replaces this handler with the one that leaves the job."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: os._exit(0))
 
 
 def _exit_after_training() -> None:
