@@ -163,23 +163,28 @@ def test_undisturbed_run_trains_every_sample_once(dataset, baseline) -> None:
     assert 0.65 < baseline["auc"] < 1.0, baseline  # lr on this data: ~0.735
 
 
+def _freeze_holding_a_lease(job, name: str) -> list[str]:
+    """Stop trainer `name` (SIGSTOP) at a moment the coordinator says it holds a lease;
+    return the leased task ids. The trainer's own log is not enough: it reports a task
+    done before it logs so."""
+    trainer = name.removeprefix("trainer-")
+    for i in range(200):
+        job.sup.kill(name, signal.SIGSTOP)
+        time.sleep(0.05)
+        held = job.client().progress()["trainers"].get(trainer, {}).get("leased", [])
+        if held:
+            return held
+        job.sup.kill(name, signal.SIGCONT)
+        time.sleep(0.05 + 0.01 * (i % 7))
+    raise AssertionError(f"{name} never caught holding a lease")
+
+
 def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> None:
     def act(job):
         _wait_for(lambda: _done_count(job) >= 3, 90, "first tasks")
-        # Freeze trainer 1 while the coordinator says it holds a lease, then kill. The
-        # trainer's own log is not enough: it reports a task done before it logs so.
-        for _ in range(200):
-            job.kill("trainer-1", signal.SIGSTOP)
-            time.sleep(0.05)
-            held = job.client().progress()["trainers"].get("1", {}).get("leased", [])
-            if held:
-                break
-            job.sup.kill("trainer-1", signal.SIGCONT)
-            time.sleep(0.05 + 0.01 * (_ % 7))
-        else:
-            raise AssertionError("trainer-1 never caught holding a lease")
+        held = _freeze_holding_a_lease(job, "trainer-1")
         killed_at = time.monotonic()
-        job.kill("trainer-1", signal.SIGKILL)
+        job.kill("trainer-1", signal.SIGKILL)  # its pod is gone: not replaced
         return {"killed_at": killed_at, "held": held}
 
     job, progress, manifest, info = _run(dataset, "kill-trainer", act)
@@ -192,6 +197,36 @@ def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> No
     assert progress["finished"]
     # Every sample trained and counted exactly once (the dead lease's work is not counted).
     assert progress["samples"] == dataset["trained"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+    _same_quality(manifest["metrics"], baseline)
+
+
+def test_a_crashed_trainer_restarts_in_place_and_its_task_is_requeued_at_once(
+    dataset, baseline
+) -> None:
+    """A trainer that crashes (here SIGKILL from outside the job, exit -9; Paddle's rare
+    SIGSEGVs look the same) restarts in place, as the chart's trainer pods do
+    (restartPolicy OnFailure); the coordinator re-queues the task it held as soon as the
+    restarted process asks for work, long before the lease (300 s here) would expire."""
+
+    def act(job):
+        _wait_for(lambda: _done_count(job) >= 3, 90, "first tasks")
+        held = _freeze_holding_a_lease(job, "trainer-1")
+        job.sup.kill("trainer-1", signal.SIGKILL)  # not job.kill: a crash, not a removal
+        return {"crashed_at": time.monotonic(), "held": held}
+
+    job, progress, manifest, info = _run(
+        dataset, "crash-trainer", act, lease_seconds=300.0, timeout=240.0
+    )
+    done = _done_log(job)
+    (lost,) = info["held"]
+    assert {t for t, d in done.items() if d["attempts"] > 1} == {lost}
+    assert progress["tasks_retried"] == 1 and progress["finished"]
+    # Every sample trained and counted exactly once; finished within the 240 s timeout,
+    # so the lost task did not wait for its 300 s lease.
+    assert progress["samples"] == dataset["trained"]
+    log = (job.log_dir / "trainer-1.log").read_text()
+    assert "--- start trainer-1 (restart 1)" in log
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
     _same_quality(manifest["metrics"], baseline)
 

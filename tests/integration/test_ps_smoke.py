@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _static_roles import launch
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
-from elasticctr.local.training import launch
 from elasticctr.train import registry
 from elasticctr.versions import MANIFEST, sha256_file, verify_version
 

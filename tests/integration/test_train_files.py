@@ -1,4 +1,5 @@
-"""`ectl train --local` on files: `ectl data generate` partitions → one version per hour.
+"""`ectl train --local` on files: `ectl data generate` partitions → one version per hour
+(elastic: a local coordinator leases byte ranges of the files to the trainers).
 
 Runs the real CLI (as a user would) on two generated hours with empty slots (coverage
 < 1, so the padding path is used) and checks each exported version verifies, is scored
@@ -93,13 +94,18 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "training finished" in run.stdout
+    # Elastic: the coordinator's record of every task (its state file) says who trained
+    # how much of each hour; both trainers got work although each hour has 3 files.
+    done = json.loads((tmp_path / "logs" / "coordinator.json").read_text())["done"]
     versions = tmp_path / "store" / "versions" / "20200401"
     aucs = []
     for hour in ("00", "01"):
+        tasks = [t for name, t in done.items() if name.startswith(f"20200401/{hour}#")]
+        assert sum(t["samples"] for t in tasks) > 25000  # ~90% trained, 10% held out
+        assert {t["trainer"] for t in tasks} == {"0", "1"}, tasks
         manifest = verify_version(versions / hour)
         assert manifest["version"] == f"20200401/{hour}"
         assert manifest["slots"] == list(range(8))
-        assert manifest["metrics"]["samples"] > 25000  # ~90% trained, 10% held out
         assert manifest["metrics"]["samples_per_sec_per_trainer"] > 0
         aucs.append(manifest["metrics"]["auc"])
     assert min(aucs) > 0.58, aucs  # 0.687-0.738 measured at load average 10-11; chance 0.5
@@ -116,6 +122,7 @@ def test_the_data_show_click_feed_the_sparse_table(tmp_path: Path) -> None:
     import numpy as np
 
     from elasticctr.data.parser import iter_batches
+    from elasticctr.train.elastic import heldout_mask, take
 
     data = tmp_path / "data"
     subprocess.run(
@@ -143,15 +150,13 @@ def test_the_data_show_click_feed_the_sparse_table(tmp_path: Path) -> None:
         env={**os.environ, "ECTL_TRAIN_KEEP_STAGING": "1"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    # What trainer 0 trained (native pipeline, the default trainer.threads): every sample
-    # but the held-out ones (feature-hash rule, elastic.heldout_mask).
-    from elasticctr.train.elastic import heldout_mask, take
-
+    # What the trainer trained: every sample but the held-out ones (elastic training's
+    # feature-hash rule, the same whoever trains which task).
     shows: dict[int, int] = {}
     clicks: dict[int, int] = {}
     url = f"file://{data}/20200401/00/part-00000"
-    for batch in iter_batches(url, [0, 1, 2, 3], 128):
-        batch = take(batch, ~heldout_mask(batch))
+    for whole in iter_batches(url, [0, 1, 2, 3], 128):
+        batch = take(whole, ~heldout_mask(whole))
         for ids, lengths in zip(batch.ids, batch.lengths, strict=True):
             for key, click in zip(ids.tolist(), np.repeat(batch.click, lengths), strict=True):
                 shows[key] = shows.get(key, 0) + 1

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _static_roles import launch
 
-from elasticctr.local.training import launch
 from elasticctr.train.roles import read_checkpoint
 from elasticctr.versions import verify_version
 

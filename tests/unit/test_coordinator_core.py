@@ -105,6 +105,28 @@ def test_leave_requeues_immediately():
     assert again["task"]["id"] == got["task"]["id"]
 
 
+def test_a_restarted_trainer_asking_again_requeues_its_lost_lease_at_once():
+    """A trainer holds one task at a time: asking again means the attempt holding the
+    lease is gone (its process crashed and restarted in place) — no lease-period wait."""
+    clock = Clock()
+    coord = Coordinator(lease_seconds=120, task_bytes=100, clock=clock)
+    coord.add_partition(spec("20200401/00", 100, 100))
+    lost = coord.lease("0")
+    clock.now = 1  # far inside the lease period
+    again = coord.lease("0")  # the restarted process
+    assert again["task"]["id"] == lost["task"]["id"]
+    assert again["task"]["attempts"] == 2
+    # The crashed attempt's completion (had it got that far) cannot count.
+    assert not coord.complete(lost["lease"], "0", 99)["accepted"]
+    assert coord.complete(again["lease"], "0", 10)["accepted"]
+    # Another trainer's lease is not touched by trainer 0's request.
+    other = coord.lease("1")
+    assert other["kind"] == "task"
+    coord.lease("0")
+    assert coord.complete(other["lease"], "1", 10)["accepted"]
+    assert coord.progress()["samples"] == 20
+
+
 def test_window_limits_partitions_in_flight_and_exports_in_order():
     coord = Coordinator(task_bytes=100, window=1, checkpoint_every=2)
     coord.add_partition(spec("20200401/00", 100, 100))
@@ -112,7 +134,7 @@ def test_window_limits_partitions_in_flight_and_exports_in_order():
     a = coord.lease("0")
     b = coord.lease("1")
     assert {a["task"]["partition"], b["task"]["partition"]} == {"20200401/00"}
-    assert coord.lease("1")["kind"] == "wait"  # hour 01 waits for hour 00 (window=1)
+    assert coord.lease("2")["kind"] == "wait"  # hour 01 waits for hour 00 (window=1)
     coord.complete(a["lease"], "0", 1)
     coord.complete(b["lease"], "1", 1)
     # trainer "1" is not the chief: it gets hour 01's task, "0" gets the export
@@ -187,8 +209,10 @@ def test_checkpoint_export_drains_leases_and_carries_the_state():
     b = coord.lease("1")  # hour 01's first task (window 2)
     assert (a["task"]["partition"], b["task"]["partition"]) == ("20200401/00", "20200401/01")
     coord.complete(a["lease"], "0", 10)
-    # Hour 00 is complete and due for a checkpoint: no new task, the chief waits for b.
-    assert coord.lease("1")["kind"] == "wait"
+    # Hour 00 is complete and due for a checkpoint: no new task, the chief waits for b
+    # (trainer "1" still trains b; asking again would give b up: a trainer that asks
+    # holds no task).
+    assert coord.lease("2")["kind"] == "wait"
     assert coord.lease("0")["kind"] == "wait"
     assert coord.progress()["draining"]
     coord.complete(b["lease"], "1", 7)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elasticctr.errors import EctlError
@@ -176,9 +176,12 @@ class Supervisor:
     def running(self) -> list[str]:
         return list(self._running)
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send a signal to a component's whole process group (fault-injection, shutdown)."""
+    def kill(self, name: str, sig: int = signal.SIGKILL, *, keep_down: bool = False) -> None:
+        """Send a signal to a component's whole process group (fault-injection, shutdown);
+        `keep_down`: its restart policy does not bring it back."""
         running = self._running[name]
+        if keep_down:
+            running.component = replace(running.component, restart=RestartPolicy.NEVER)
         try:
             os.killpg(running.proc.pid, sig)
         except ProcessLookupError:

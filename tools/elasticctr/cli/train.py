@@ -1,8 +1,9 @@
-"""`ectl train`: the parameter-server roles and the local launcher.
+"""`ectl train`: the parameter-server roles and local training.
 
 ectl train pserver -f values.yaml      # one pserver (env contract: docs/training.md)
 ectl train trainer -f values.yaml      # one trainer
-ectl train --local -p 1 -t 2 -f values.yaml   # P pservers + T trainers on this machine
+ectl train --local -p 1 -t 2 -f values.yaml   # coordinator + P pservers + T elastic
+                                              # trainers on this machine
 """
 
 from __future__ import annotations
@@ -40,12 +41,6 @@ def _values_path(values: Path | None) -> Path:
     return values
 
 
-def _synthetic_args(samples: int, partitions: int) -> list[str]:
-    if samples <= 0:
-        return []
-    return ["--synthetic-samples", str(samples), "--synthetic-partitions", str(partitions)]
-
-
 @train_app.callback()
 def train(
     ctx: typer.Context,
@@ -65,13 +60,19 @@ def train(
     checkpoint_dir: Path = typer.Option(
         None, "--checkpoint-dir", help="Default $ELASTICCTR_HOME/train/checkpoint."
     ),
-    checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
+    checkpoint_every: int = typer.Option(
+        None,
+        "--checkpoint-every",
+        min=1,
+        help="Partitions between checkpoints (default trainer.coordinator.checkpointEvery).",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
     elastic: bool = typer.Option(
         False,
         "--elastic",
-        help="With --local: trainers lease data tasks from a local `ectl coordinator` "
-        "(trainer.coordinator.* values); a pserver exit restarts the job from the checkpoint.",
+        help="Accepted for older scripts: --local always trains elastic (a local `ectl "
+        "coordinator` leases byte ranges of the files to the trainers; a pserver exit "
+        "restarts the job from the checkpoint).",
     ),
 ) -> None:
     """Train with Paddle Fleet parameter servers."""
@@ -80,50 +81,53 @@ def train(
     if not local:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    from elasticctr.local.training import launch
+    from elasticctr.local.training import run_elastic
     from elasticctr.train import config
 
+    del elastic  # the only local path
     path = _values_path(values)
     config.load(path)  # fail fast, before any process starts
     home = Path(os.environ.get(C.ENV_HOME, ".elasticctr"))
     log_dir = log_dir or home / "train" / time.strftime("%Y%m%d-%H%M%S")
     ckpt = (checkpoint_dir or home / "train" / "checkpoint").resolve()
-    if elastic:
-        if synthetic_samples > 0:
-            raise EctlError("--elastic trains files (the coordinator splits them into tasks)")
-        _train_elastic(path, pservers, trainers, log_dir, ckpt, resume, timeout, quiet)
-        return
-    extra = ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(checkpoint_every)]
-    extra += ["--resume"] if resume else []
-    result = launch(
-        path.resolve(),
-        pservers=pservers,
-        trainers=trainers,
-        log_dir=log_dir,
-        extra_trainer_args=[*_synthetic_args(synthetic_samples, synthetic_partitions), *extra],
-        timeout=timeout,
-        stream=not quiet,
-    )
-    typer.echo(f"training finished in {result.seconds:.0f}s; logs in {result.log_dir}")
-
-
-def _train_elastic(
-    values: Path,
-    pservers: int,
-    trainers: int,
-    log_dir: Path,
-    checkpoint: Path,
-    resume: bool,
-    timeout: float | None,
-    quiet: bool,
-) -> None:
-    from elasticctr.local.training import run_elastic
-
+    if synthetic_samples > 0:
+        path = _synthetic_values(path, synthetic_samples, synthetic_partitions, Path(log_dir))
     echo = (lambda _m: None) if quiet else typer.echo
     result = run_elastic(
-        values, log_dir, pservers, trainers, checkpoint, resume=resume, timeout=timeout, echo=echo
-    )
+        path.resolve(), Path(log_dir), pservers, trainers, ckpt,
+        resume=resume, timeout=timeout, echo=echo, checkpoint_every=checkpoint_every,
+        stream=not quiet,
+    )  # fmt: skip
     typer.echo(f"{result.summary()}; logs in {log_dir}")
+
+
+def _synthetic_values(values: Path, samples: int, partitions: int, log_dir: Path) -> Path:
+    """--synthetic-samples with --local: write `partitions` hours of `samples` lines of
+    the demo data model (elasticctr.data.generate.demo_spec, the values' slots) under
+    LOG_DIR/synthetic-data and a copy of the values that trains on them."""
+    import datetime as dt
+
+    import yaml
+
+    from elasticctr.data.generate import demo_spec, generate
+    from elasticctr.train import config
+
+    raw = config.load_values(values)
+    slots = config.load(values).slots
+    root = (log_dir / "synthetic-data").resolve()
+    result = generate(
+        str(root), demo_spec(slots), start=dt.datetime(2020, 4, 1),
+        hours=partitions, lines_per_hour=samples,
+    )  # fmt: skip
+    data = raw.setdefault("global", {}).setdefault("data", {})
+    data.update(
+        {"path": str(root), "startDateHour": result.hours[0], "endDateHour": result.hours[-1]}
+    )
+    data.pop("sparseDim", None)  # generated feasigns are already in range
+    out = log_dir / "values.synthetic.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
 
 
 @train_app.command("pserver")

@@ -160,6 +160,12 @@ class Coordinator:
             now = self._clock()
             self._touch(trainer, now)
             self._expire(now)
+            # A trainer asks for work only once it holds no task (it completes or drops
+            # one first), so a lease it still holds belongs to an attempt that is gone:
+            # the trainer's process restarted after a crash (a container restarted in
+            # place), or the answer to a retried request was lost. Re-queue it now
+            # instead of after the lease period.
+            self._requeue_leases_of(trainer)
             if self._load is not None:
                 if self._load_leased_to in (None, trainer) or (
                     self._load_leased_to not in self._trainers
@@ -246,13 +252,17 @@ class Coordinator:
     def leave(self, trainer: str) -> int:
         """A trainer leaves (preemption notice): re-queue its leases; returns how many."""
         with self._lock:
-            mine = [lid for lid, lease in self._leases.items() if lease.trainer == trainer]
-            for lid in mine:
-                lease = self._leases.pop(lid)
-                if lease.task.id not in self._done_log:
-                    self._pending.insert(0, lease.task.id)
+            requeued = self._requeue_leases_of(trainer)
             self._trainers.pop(trainer, None)
-            return len(mine)
+            return requeued
+
+    def _requeue_leases_of(self, trainer: str) -> int:
+        mine = [lid for lid, lease in self._leases.items() if lease.trainer == trainer]
+        for lid in mine:
+            lease = self._leases.pop(lid)
+            if lease.task.id not in self._done_log:
+                self._pending.insert(0, lease.task.id)
+        return len(mine)
 
     def exported(self, partition: str, trainer: str, version: str, checkpoint: bool) -> None:
         with self._lock:

@@ -108,9 +108,6 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
             }
         )
         data.pop("sparseDim", None)  # generated feasigns are already in range
-        coord = values.setdefault("trainer", {}).setdefault("coordinator", {})
-        if "taskMiB" not in coord:  # unless the values say otherwise: work for everyone
-            coord["taskMiB"] = _task_mib(data_root, train_hours, opts.trainers)
         values_file = stack.write_values(values)
         stack.write_state(sup, {"values": str(values_file)})
         # Training can end before MLflow's first start does (a loaded machine): trainer 0
@@ -193,21 +190,6 @@ def _generate(opts: QuickstartOptions, root: Path, console: Console):
         f"(oracle AUC {result.oracle_auc:.4f} on held-out {result.heldout})"
     )
     return result
-
-
-TASKS_PER_TRAINER = 4
-"""The quickstart splits each hour into about this many tasks per trainer."""
-
-
-def _task_mib(root: Path, hours: list[str], trainers: int) -> float:
-    """trainer.coordinator.taskMiB that splits the largest training hour into about
-    TASKS_PER_TRAINER tasks per trainer (the chart's 64 MiB would make each demo hour
-    one task, trained by one trainer)."""
-    largest = max(
-        sum(f.stat().st_size for f in (root / hour).glob(f"{C.DATA_FILE_PREFIX}*"))
-        for hour in hours
-    )
-    return max(round(largest / (TASKS_PER_TRAINER * trainers) / (1 << 20), 4), 0.001)
 
 
 def _train(opts, values_file: Path, stack: LocalStack, console: Console, sup):

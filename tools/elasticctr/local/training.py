@@ -1,19 +1,15 @@
-"""Local training jobs: P pservers and T trainers (and, elastic, a coordinator) as
-processes on loopback; `ectl train --local [--elastic]`, the quickstart and the local
-deployment use them.
+"""Local training jobs: a coordinator, P pservers and T elastic trainers as processes on
+loopback; `ectl train --local`, the quickstart and the local deployment all train this
+way (one path, as the chart does).
 
-The processes are exactly what pods run (`ectl train pserver|trainer`, `ectl
-coordinator`), with the role environment of docs/training.md set here instead of by
-Volcano; `elasticctr.supervisor` runs them. The trainer runtime itself is
-`elasticctr.train` (this module only starts it).
+The processes are exactly what pods run (`ectl coordinator`, `ectl train pserver|trainer`),
+with the role environment of docs/training.md set here instead of by Volcano;
+`elasticctr.supervisor` runs them. The trainer runtime itself is `elasticctr.train` (this
+module only starts it). The coordinator leases byte ranges of each hour's files to the
+trainers, so every trainer gets work whatever the number of files, and the chief exports
+an hour once all its tasks are done (every export holds every trained row).
 
-Static job (`launch`): logs go to `<log_dir>/<role>-<i>.log` and are echoed with a
-`[role-i]` prefix. If any role exits non-zero (or a pserver exits while trainers still
-need it) everything else is stopped and the launch fails naming the role and its log.
-When all trainers succeed the pservers are stopped (they serve until told otherwise,
-like in a Volcano job).
-
-Elastic job (`ElasticJob`, `run_elastic`): see the class.
+`ElasticJob` is the job; `run_elastic` runs one to completion.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,13 +32,6 @@ from elasticctr.train import config
 from elasticctr.values import effective_values
 
 LOOPBACK = "127.0.0.1"
-
-
-@dataclass
-class LaunchResult:
-    log_dir: Path
-    exit_codes: dict[str, int]
-    seconds: float
 
 
 def role_components(
@@ -104,59 +92,6 @@ class _Tail:
                 self.echo(f"[{name}] {line}")
 
 
-def launch(
-    values: Path,
-    *,
-    pservers: int,
-    trainers: int,
-    log_dir: Path,
-    extra_trainer_args: Sequence[str] = (),
-    timeout: float | None = None,
-    echo: Callable[[str], None] | None = None,
-    stream: bool = True,
-) -> LaunchResult:
-    """Run the job to completion; raise EctlError naming the failed role and its log."""
-    echo = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    log_dir = Path(log_dir)
-    staging = log_dir / "staging"
-    comps = role_components(values, pservers, trainers, staging, extra_trainer_args)
-    start = time.monotonic()
-    tail = _Tail(echo if stream else (lambda _m: None))
-    with Supervisor(log_dir, grace=10.0, echo=echo) as sup:
-        for comp in comps:
-            sup.start(comp)
-        logs = {c.name: sup.log_path(c.name) for c in comps}
-        echo(f"started {pservers} pserver(s) and {trainers} trainer(s); logs in {log_dir}")
-        trainers_left = {c.name for c in comps if c.name.startswith("trainer-")}
-        try:
-            while trainers_left:
-                time.sleep(0.3)
-                tail.pump(logs)
-                for name, code in sup.poll():
-                    if code != 0 or name.startswith("pserver-"):
-                        tail.pump(logs)
-                        why = f"exited with code {code}" if code else "exited early"
-                        raise EctlError(
-                            f"{name} {why}; stopped the other roles",
-                            hint=f"see {logs[name]}",
-                        )
-                    trainers_left.discard(name)
-                    echo(f"{name} finished")
-                if timeout is not None and time.monotonic() - start > timeout:
-                    raise EctlError(
-                        f"training did not finish within {timeout:.0f}s; stopped all roles",
-                        hint=f"logs in {log_dir}",
-                    )
-        finally:
-            tail.pump(logs)
-        # All trainers succeeded: pservers have nothing left to serve.
-        for name in list(sup.running()):
-            sup.stop(name)
-        tail.pump(logs)
-        codes = dict(sup.finished)
-    return LaunchResult(log_dir, codes, time.monotonic() - start)
-
-
 # --- elastic job: coordinator + pservers + elastic trainers ---------------------------
 
 TRAINER_CAPACITY = 64
@@ -169,8 +104,11 @@ class ElasticJob:
     Trainers may be killed or added while it runs (`kill`, `add_trainer`); the job is
     done when the coordinator reports `finished` and every live trainer exited 0.
     Restart policies (the chart's Volcano policies, docs/coordinator.md):
-    - a trainer that dies is not replaced: its lease expires and another trainer
-      retrains that one task;
+    - a trainer that crashes (exits non-zero) restarts in place, up to 3 times, as the
+      chart's trainer pods do (restartPolicy OnFailure); the coordinator re-queues the
+      task it held when the restarted process asks for work; a trainer killed through
+      `kill` (fault injection: its pod is gone) is not replaced — its lease expires and
+      another trainer retrains that one task;
     - the coordinator alone restarts on failure (its progress file is durable and the
       pservers still hold everything it records);
     - a pserver exit restarts the whole job from the last checkpoint (up to
@@ -223,6 +161,7 @@ class ElasticJob:
                 C.ENV_TRAIN_ELASTIC: "1",
                 C.ENV_TRAIN_CHECKPOINT: str(self.checkpoint_dir),
             },
+            restart=RestartPolicy.ON_FAILURE,
         )
         self.sup = Supervisor(self.log_dir, grace=10.0, echo=echo)
         coord_argv = python_entry(
@@ -242,10 +181,15 @@ class ElasticJob:
         ]
         for comp in comps:
             env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
+            restart = comp.restart
             if comp.name.startswith("trainer-"):
                 env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
                 env[C.ENV_TRAIN_CHECKPOINT] = str(self.checkpoint_dir)
-            self.components.append(dataclasses.replace(comp, env=env))
+                # As the chart's trainer pods (restartPolicy OnFailure): a crashed trainer
+                # restarts in place; the coordinator re-queues the task it held as soon
+                # as it asks again, so nothing is lost or counted twice.
+                restart = RestartPolicy.ON_FAILURE
+            self.components.append(dataclasses.replace(comp, env=env, restart=restart))
         self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
         self.killed: set[str] = set()
         self._by_name = {c.name: c for c in self.components}
@@ -289,9 +233,11 @@ class ElasticJob:
         return name
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Fault injection: a killed trainer stays down (its pod is gone for good); a
+        killed pserver restarts the job, a killed coordinator restarts alone."""
         if name.startswith("trainer-"):
             self.killed.add(name)
-        self.sup.kill(name, sig)
+        self.sup.kill(name, sig, keep_down=name.startswith("trainer-"))
 
     def wait(self, timeout: float, on_tick=None) -> dict[str, int]:
         """Until every trainer exited; raise EctlError on a failure or the timeout.
@@ -408,6 +354,39 @@ class LocalRun:
         )
 
 
+TASKS_PER_TRAINER = 4
+"""Unless the values set trainer.coordinator.taskMiB, a local job splits the largest
+hour into about this many tasks per trainer (the chart's 64 MiB would make a small hour
+one task, trained by one trainer while the others wait)."""
+
+
+def local_task_mib(values: dict, trainers: int) -> float | None:
+    """trainer.coordinator.taskMiB for a local job: None when the values set it or the
+    hours are open-ended (a streaming job), else the size that splits the largest hour
+    in [startDateHour, endDateHour] into TASKS_PER_TRAINER tasks per trainer, at most
+    the chart's default (C.DEFAULT_COORDINATOR_TASK_MIB)."""
+    from elasticctr.data import partitions, storage
+
+    if ((values.get("trainer") or {}).get("coordinator") or {}).get("taskMiB") is not None:
+        return None
+    cfg = config.from_values(values)
+    if not cfg.data_path or not cfg.start_date_hour or not cfg.end_date_hour:
+        return None
+    ugi = cfg.hdfs_ugi
+    largest = 0
+    for part in partitions.list_partitions(
+        cfg.data_path, cfg.start_date_hour, cfg.end_date_hour, ugi
+    ):
+        files = partitions.data_files(part, ugi)
+        if files:
+            fs, _ = storage.url_to_fs(files[0], ugi)
+            largest = max(largest, sum(fs.size(storage.url_to_fs(f, ugi)[1]) for f in files))
+    if largest == 0:
+        return None
+    mib = largest / (TASKS_PER_TRAINER * max(trainers, 1)) / (1 << 20)
+    return min(max(round(mib, 4), 0.001), float(C.DEFAULT_COORDINATOR_TASK_MIB))
+
+
 def run_elastic(
     values: Path,
     log_dir: Path,
@@ -420,13 +399,19 @@ def run_elastic(
     echo=None,
     on_tick=None,
     report_every: float = 10.0,
+    checkpoint_every: int | None = None,
+    stream: bool = False,
 ) -> LocalRun:
-    """`ectl train --local --elastic`, `ectl quickstart` and the local deployment's
-    training: an ElasticJob with the values' `trainer.coordinator` settings (chart
-    defaults otherwise), until it finishes. Raises EctlError when the job fails.
-    `on_tick()` runs every ~0.3 s while it trains (ElasticJob.wait)."""
-    coord = effective_values(config.load_values(values))["trainer"]["coordinator"]
+    """`ectl train --local`, `ectl quickstart` and the local deployment's training: an
+    ElasticJob with the values' `trainer.coordinator` settings (chart defaults otherwise;
+    taskMiB from `local_task_mib` when the values leave it out), until it finishes.
+    Raises EctlError when the job fails. `on_tick()` runs every ~0.3 s while it trains
+    (ElasticJob.wait); `stream` echoes every role's log lines with a `[role-i]` prefix;
+    `checkpoint_every` overrides trainer.coordinator.checkpointEvery."""
+    raw = config.load_values(values)
+    coord = effective_values(raw)["trainer"]["coordinator"]
     echo = echo or (lambda _m: None)
+    task_mib = local_task_mib(raw, trainers) or float(coord["taskMiB"])
     t0 = time.monotonic()
     job = ElasticJob(
         Path(values).resolve(),
@@ -434,15 +419,30 @@ def run_elastic(
         pservers=pservers,
         trainers=trainers,
         lease_seconds=float(coord["leaseSeconds"]),
-        task_mb=float(coord["taskMiB"]),
+        task_mb=task_mib,
         checkpoint_dir=checkpoint_dir,
-        checkpoint_every=int(coord["checkpointEvery"]),
+        checkpoint_every=checkpoint_every or int(coord["checkpointEvery"]),
         resume=resume,
         report_every=report_every,
         echo=echo,
     )
-    echo(f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s)")
+    echo(
+        f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s), "
+        f"tasks of {task_mib:g} MiB"
+    )
+    tail = _Tail(echo)
+
+    def tick() -> None:
+        if stream:
+            tail.pump({c.name: job.sup.log_path(c.name) for c in job.components})
+        if on_tick is not None:
+            on_tick()
+
     with job:
-        job.wait(timeout if timeout is not None else float("inf"), on_tick=on_tick)
+        try:
+            job.wait(timeout if timeout is not None else float("inf"), on_tick=tick)
+        finally:
+            if stream:
+                tail.pump({c.name: job.sup.log_path(c.name) for c in job.components})
         progress = job.client().progress()
     return LocalRun(progress, time.monotonic() - t0, len(job.restarts))
