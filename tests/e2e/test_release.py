@@ -8,8 +8,10 @@ builds and commits each, cube and serving switch to the newest; `helm test` pass
 status` shows it all; predictions through `ectl port-forward serving -- ectl predict` equal
 a local `ectl serve` of the same version; MLflow has the run, the registered versions and
 the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
-deleted trainer pod is replaced alone and no sample is counted twice, `ectl rollback`
-restores the previous revision and `ectl uninstall` leaves no pod.
+deleted trainer pod is replaced alone and no sample is counted twice; a pserver pod deleted
+mid-hour restarts the whole job from its last checkpoint, which trains and publishes that
+hour with every sample counted once; `ectl rollback` restores the previous revision and
+`ectl uninstall` leaves no pod.
 
 The tests of this module run in order on one release (module-scoped fixture).
 """
@@ -39,8 +41,11 @@ pytestmark = pytest.mark.timeout(1800)
 NS = "e2e-release"
 RELEASE = "ctr"
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
-HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03"]
-FIRST, REST = HOURS[:2], HOURS[2:]
+HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03", "20200401/04"]
+# FIRST: trained and served; REST: after the upgrade and a trainer's deletion; LAST: in
+# flight when its pserver is deleted (endDateHour = LAST: the job then completes).
+FIRST, REST, LAST = HOURS[:2], HOURS[2:4], HOURS[4]
+UPLOADS = ((FIRST[0], len(FIRST)), (REST[0], len(REST)), (LAST, 1))
 LINES = 3000  # per hour: the job trains an hour in seconds; enough for a held-out AUC
 SEED = 11
 
@@ -142,9 +147,10 @@ def local_copy(kube_cluster, tmp_path: Path, start: str, hours: int) -> Path:
     return out
 
 
-def trained_samples(kube_cluster, tmp_path: Path) -> int:
-    """Samples the job must train once each: every line of every hour minus the held-out
-    ones (elasticctr.train.elastic.heldout_mask, the trainers' own rule)."""
+def trained_samples(kube_cluster, tmp_path: Path, uploads) -> int:
+    """Samples the job must train once each: every line of the uploaded hours (`uploads`:
+    (start, hours) pairs as `upload_hours` got them) minus the held-out ones
+    (elasticctr.train.elastic.heldout_mask, the trainers' own rule)."""
     import yaml
 
     from elasticctr.train import config
@@ -158,7 +164,7 @@ def trained_samples(kube_cluster, tmp_path: Path) -> int:
     values.write_text(json.dumps({"global": {"data": data}}))
     cfg = config.load(values)
     total = 0
-    for start, hours in ((FIRST[0], len(FIRST)), (REST[0], len(REST))):
+    for start, hours in uploads:
         root = local_copy(kube_cluster, tmp_path, start, hours)
         for part in sorted(root.glob("*/*/part-*")):
             for batch in _read(cfg, f"file://{part}"):
@@ -355,11 +361,149 @@ def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone
 
     # the rest of the hours: every sample of every hour trained exactly once
     upload_hours(kube_cluster, tmp_path, REST[0], len(REST))
-    wait_until(f"all of {HOURS} exported", lambda: set(HOURS) <= exported(kube_cluster), 900,
+    done = FIRST + REST
+    wait_until(f"all of {done} exported", lambda: set(done) <= exported(kube_cluster), 900,
                kube_cluster, NS)  # fmt: skip
     progress = status(kube_cluster)["coordinator"]
-    expected = trained_samples(kube_cluster, tmp_path)
+    expected = trained_samples(kube_cluster, tmp_path, UPLOADS[:2])
     assert progress["samples"] == expected, (progress, expected)
+
+
+def volcano_job(kube_cluster) -> dict:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(kube_cluster.api())
+    (job,) = custom.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs")[
+        "items"
+    ]
+    return job
+
+
+def coordinator_progress(kube_cluster, pod) -> dict:
+    """The running coordinator's /v1/progress through the API server's pod proxy (what
+    `ectl status` reads), fast enough to poll several times a second."""
+    from elasticctr.cli.status import COORDINATOR_PROGRESS_PATH, _pod_proxy_get
+
+    got = _pod_proxy_get(core_api(kube_cluster), NS, pod, COORDINATOR_PROGRESS_PATH)
+    if not isinstance(got, dict):
+        raise AssertionError(f"coordinator progress is not JSON: {str(got)[:300]}")
+    return got
+
+
+def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, release, tmp_path):
+    """The pserver holds the only copy of its shard of the parameters, so losing its pod
+    restarts the whole job (the chart's pserver policy: PodEvicted/PodFailed → RestartJob;
+    Volcano deletes every pod of the job, counts one retry of `maxRetry` and recreates them).
+    The coordinator restarts from the checkpoint of the last exported hour, one trainer loads
+    it into the fresh pserver, the hour in flight is trained again from its start and
+    published, and every sample is counted once."""
+    job = volcano_job(kube_cluster)
+    assert job["status"]["state"]["phase"] == "Running", job["status"]
+    retries = job["status"].get("retryCount", 0)
+    (pserver,) = pods(kube_cluster, "pserver")
+    (coordinator,) = pods(kube_cluster, "coordinator")
+    progress = coordinator_progress(kube_cluster, coordinator)
+    checkpoint = REST[-1]  # checkpointEvery 1: every export is checkpointed
+    done = {p["partition"] for p in progress["partitions"] if p["exported"]}
+    assert done == set(FIRST + REST), progress
+
+    upload_hours(kube_cluster, tmp_path, LAST, 1)
+
+    # Mid-hour: the coordinator handed out LAST's tasks (leased, or done and not yet
+    # exported). Polled through the pod proxy: an hour of this size trains in seconds.
+    deadline = time.monotonic() + 300  # the coordinator looks for new hours every 30 s
+    while True:
+        try:
+            progress = coordinator_progress(kube_cluster, coordinator)
+        except Exception:  # noqa: BLE001 - a slow API server: try again
+            assert time.monotonic() < deadline, "the coordinator's progress is unreachable"
+            time.sleep(0.2)
+            continue
+        part = {p["partition"]: p for p in progress["partitions"]}.get(LAST)
+        if part and part["exported"]:
+            pytest.fail(f"{LAST} was exported before the pserver could be deleted: {part}")
+        if part and part["done"] + part["leased"] > 0:
+            break
+        assert time.monotonic() < deadline, f"{LAST} never leased: {progress}"
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    core_api(kube_cluster).delete_namespaced_pod(pserver.metadata.name, NS)
+    kept = {p["partition"]: p["samples"] for p in progress["partitions"] if p["partition"] != LAST}
+    print(f"\npserver deleted with {LAST} at {part}")
+
+    seen: dict = {}
+
+    def restarted():
+        j = volcano_job(kube_cluster)
+        st = j.get("status") or {}
+        if st.get("retryCount", 0) == retries + 1:
+            seen.setdefault("restart_s", round(time.monotonic() - t0, 1))
+        if st.get("retryCount", 0) != retries + 1 or st["state"]["phase"] != "Running":
+            return None
+        now = pods(kube_cluster)
+        new_ps = [p for p in now if component_name(p.metadata.labels) == "pserver"]
+        ok = new_ps and all(p.metadata.uid != pserver.metadata.uid for p in new_ps)
+        return ok and all(p.status.phase == "Running" for p in new_ps) and st
+
+    st = wait_until("the job restarted and Running", restarted, 600, kube_cluster, NS)
+    release["pserver_restart_s"] = round(time.monotonic() - t0, 1)
+    assert st.get("retryCount") == retries + 1 <= job["spec"]["maxRetry"], st
+    # The pserver exits at once on SIGTERM (it is its container's PID 1): Volcano restarts
+    # the job right away, not at the kubelet's SIGKILL after the 30 s grace period.
+    assert seen["restart_s"] < 25, seen
+
+    # The restarted job resumed from the checkpoint, not from scratch: the coordinator says
+    # so, and its progress holds every hour up to the checkpoint with the same samples.
+    (coordinator,) = [
+        p
+        for p in pods(kube_cluster, "coordinator")
+        if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+    ]
+
+    def said(pod, text: str):
+        log = core_api(kube_cluster).read_namespaced_pod_log(pod.metadata.name, NS)
+        return text in log and pod.metadata.name
+
+    # The line comes once Python started, a few seconds after the pod is Running.
+    line = f"restarting from checkpoint {checkpoint} in"
+    wait_until(f"coordinator: {line}", lambda: said(coordinator, line), 120, kube_cluster, NS)
+
+    def restored():
+        got = coordinator_progress(kube_cluster, coordinator)
+        parts = {p["partition"]: p for p in got["partitions"]}
+        return set(kept) <= set(parts) and parts
+
+    restored = wait_until("the restored progress", restored, 120, kube_cluster, NS)
+    for hour, samples in kept.items():
+        assert restored[hour]["exported"] and restored[hour]["samples"] == samples, restored
+
+    line = f"loaded checkpoint {checkpoint} into the pservers"
+
+    def loaded():
+        return any(said(pod, line) for pod in pods(kube_cluster, "trainer"))
+
+    wait_until(f"a trainer: {line}", loaded, 300, kube_cluster, NS)
+
+    # The hour in flight is trained again and published, every sample of every hour once.
+    wait_until(f"{LAST} exported", lambda: LAST in exported(kube_cluster), 600, kube_cluster, NS)
+    release["pserver_published_s"] = round(time.monotonic() - t0, 1)
+    progress = status(kube_cluster)["coordinator"]
+    expected = trained_samples(kube_cluster, tmp_path, UPLOADS)
+    assert progress["samples"] == expected, (progress, expected)
+
+    def served():
+        s = status(kube_cluster)
+        cube = s["model"]["cube"] or {}
+        ready = s["model"]["newestVersion"] == cube.get("committed") == LAST
+        return ready and s["serving"].get("modelVersion") == LAST
+
+    wait_until(f"{LAST} served", served, 300, kube_cluster, NS)
+    release["pserver_served_s"] = round(time.monotonic() - t0, 1)
+    print(
+        f"pserver deleted -> job restarting {seen['restart_s']} s -> Running again "
+        f"{release['pserver_restart_s']} s -> {LAST} "
+        f"published {release['pserver_published_s']} s -> served {release['pserver_served_s']} s"
+    )
 
 
 def test_rollback_restores_the_previous_revision(kube_cluster, release):
