@@ -110,6 +110,7 @@ def _synthetic_values(values: Path, samples: int, partitions: int, log_dir: Path
     import yaml
 
     from elasticctr.data.generate import demo_spec, generate
+    from elasticctr.local.training import train_on_generated
     from elasticctr.train import config
 
     raw = config.load_values(values)
@@ -119,11 +120,7 @@ def _synthetic_values(values: Path, samples: int, partitions: int, log_dir: Path
         str(root), demo_spec(slots), start=dt.datetime(2020, 4, 1),
         hours=partitions, lines_per_hour=samples,
     )  # fmt: skip
-    data = raw.setdefault("global", {}).setdefault("data", {})
-    data.update(
-        {"path": str(root), "startDateHour": result.hours[0], "endDateHour": result.hours[-1]}
-    )
-    data.pop("sparseDim", None)  # generated feasigns are already in range
+    train_on_generated(raw, root, result.hours)
     out = log_dir / "values.synthetic.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -97,17 +97,10 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         # its MLflow run at the first export (its client retries until MLflow answers),
         # and cube-transfer loads whatever version is newest once it runs.
         train_hours = result.hours[:-1]
-        values = stack.values_for_roles(opts.values)
-        data = values["global"].setdefault("data", {})
-        data.update(
-            {
-                "path": str(data_root),
-                "startDateHour": train_hours[0],
-                "endDateHour": train_hours[-1],
-                "slots": list(range(opts.slots)),
-            }
-        )
-        data.pop("sparseDim", None)  # generated feasigns are already in range
+        from elasticctr.local.training import train_on_generated
+
+        values = train_on_generated(stack.values_for_roles(opts.values), data_root, train_hours)
+        values["global"]["data"]["slots"] = list(range(opts.slots))
         values_file = stack.write_values(values)
         stack.write_state(sup, {"values": str(values_file)})
         # Training can end before MLflow's first start does (a loaded machine): trainer 0

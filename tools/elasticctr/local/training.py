@@ -153,16 +153,8 @@ class ElasticJob:
             self.log_dir / "staging",
             ("--coordinator", self.url, *extra_trainer_args),
         )
-        self._trainer_template = next(c for c in comps if c.name.startswith("trainer-"))
-        self._trainer_template = dataclasses.replace(
-            self._trainer_template,
-            env={
-                **self._trainer_template.env,
-                C.ENV_TRAIN_ELASTIC: "1",
-                C.ENV_TRAIN_CHECKPOINT: str(self.checkpoint_dir),
-            },
-            restart=RestartPolicy.ON_FAILURE,
-        )
+        roles = [self._elastic_role(c) for c in comps]
+        self._trainer_template = next(c for c in roles if c.name.startswith("trainer-"))
         self.sup = Supervisor(self.log_dir, grace=10.0, echo=echo)
         coord_argv = python_entry(
             "coordinator", "-f", str(values), "--port", str(self.port),
@@ -179,20 +171,22 @@ class ElasticJob:
                 restart=RestartPolicy.ON_FAILURE,
             )
         ]
-        for comp in comps:
-            env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
-            restart = comp.restart
-            if comp.name.startswith("trainer-"):
-                env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
-                env[C.ENV_TRAIN_CHECKPOINT] = str(self.checkpoint_dir)
-                # As the chart's trainer pods (restartPolicy OnFailure): a crashed trainer
-                # restarts in place; the coordinator re-queues the task it held as soon
-                # as it asks again, so nothing is lost or counted twice.
-                restart = RestartPolicy.ON_FAILURE
-            self.components.append(dataclasses.replace(comp, env=env, restart=restart))
+        self.components.extend(roles)
         self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
         self.killed: set[str] = set()
         self._by_name = {c.name: c for c in self.components}
+
+    def _elastic_role(self, comp: Component) -> Component:
+        """A role component of `role_components` as this elastic job runs it."""
+        env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
+        if not comp.name.startswith("trainer-"):
+            return dataclasses.replace(comp, env=env)
+        env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
+        env[C.ENV_TRAIN_CHECKPOINT] = str(self.checkpoint_dir)
+        # As the chart's trainer pods (restartPolicy OnFailure): a crashed trainer restarts
+        # in place; the coordinator re-queues the task it held as soon as it asks again,
+        # so nothing is lost or counted twice.
+        return dataclasses.replace(comp, env=env, restart=RestartPolicy.ON_FAILURE)
 
     def __enter__(self) -> ElasticJob:
         current = self.checkpoint_dir / "ps"
@@ -223,7 +217,6 @@ class ElasticJob:
         env = {
             **self._trainer_template.env,
             C.ENV_TRAINER_ID: str(index),
-            C.ENV_TRAINERS_NUM: str(TRAINER_CAPACITY),
             C.ENV_PADDLE_PORT: str(free_port(LOOPBACK)),
         }
         comp = dataclasses.replace(self._trainer_template, name=name, env=env)
@@ -352,6 +345,16 @@ class LocalRun:
             f"{p['samples']} samples ({per}), {p['tasks_retried']} retried, "
             f"{self.restarts} job restart(s)"
         )
+
+
+def train_on_generated(values: dict, root: Path, hours: Sequence[str]) -> dict:
+    """Point `values` (a raw values dict, changed in place and returned) at hours written
+    by `elasticctr.data.generate` under `root`: the quickstart's and `--synthetic-samples`'
+    training data."""
+    data = values.setdefault("global", {}).setdefault("data", {})
+    data.update({"path": str(root), "startDateHour": hours[0], "endDateHour": hours[-1]})
+    data.pop("sparseDim", None)  # generated feasigns are already in range
+    return values
 
 
 TASKS_PER_TRAINER = 4
