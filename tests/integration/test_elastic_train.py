@@ -136,10 +136,24 @@ def _done_count(job) -> int:
     return job.client().progress()["tasks_done"]
 
 
+def _crash_restarts(job) -> int:
+    """Trainer restarts in place after a crash (the supervisor's `--- start ... (restart
+    N)` lines): Paddle 3.0's PS client SIGSEGVs now and then (DownpourBrpcClosure, twice in
+    ~35 local runs); each restarted trainer gives back at most the one task it held."""
+    logs = [job.sup.log_path(name) for name in job.trainers]
+    return sum(p.read_text().count("--- start ") - 1 for p in logs if p.exists())
+
+
+def _assert_undisturbed(job, progress) -> None:
+    """No fault injected: no task retried, except one per crash the job recovered from."""
+    assert progress["finished"]
+    assert progress["tasks_retried"] <= _crash_restarts(job), progress
+
+
 @pytest.fixture(scope="module")
 def baseline(dataset) -> dict:
     job, progress, manifest, _ = _run(dataset, "baseline")
-    assert progress["finished"] and progress["tasks_retried"] == 0
+    _assert_undisturbed(job, progress)
     assert progress["samples"] == dataset["trained"]
     assert manifest["sparse"]["rows"] > 1000
     return manifest["metrics"]
@@ -148,7 +162,7 @@ def baseline(dataset) -> dict:
 @pytest.fixture(scope="module")
 def baseline_two_hours(dataset) -> dict:
     job, progress, manifest, _ = _run(dataset, "baseline-two", timeout=300.0, end=SECOND)
-    assert progress["finished"] and progress["tasks_retried"] == 0
+    _assert_undisturbed(job, progress)
     assert progress["samples"] == dataset["trained_two_hours"]
     return manifest["metrics"]
 
@@ -191,9 +205,10 @@ def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> No
     done = _done_log(job)
     (lost,) = info["held"]
     retried = {t for t, d in done.items() if d["attempts"] > 1}
-    assert retried == {lost}
+    # Only the killed trainer's task, plus one per Paddle crash the job recovered from.
+    assert lost in retried and len(retried) <= 1 + _crash_restarts(job), retried
     assert done[lost]["trainer"] == "0"
-    assert progress["tasks_retried"] == 1
+    assert progress["tasks_retried"] == len(retried)
     assert progress["finished"]
     # Every sample trained and counted exactly once (the dead lease's work is not counted).
     assert progress["samples"] == dataset["trained"]
@@ -220,8 +235,10 @@ def test_a_crashed_trainer_restarts_in_place_and_its_task_is_requeued_at_once(
     )
     done = _done_log(job)
     (lost,) = info["held"]
-    assert {t for t, d in done.items() if d["attempts"] > 1} == {lost}
-    assert progress["tasks_retried"] == 1 and progress["finished"]
+    retried = {t for t, d in done.items() if d["attempts"] > 1}
+    # The crashed trainer's task (and one more per spontaneous Paddle crash, if any).
+    assert lost in retried and len(retried) <= _crash_restarts(job), retried
+    assert progress["tasks_retried"] == len(retried) and progress["finished"]
     # Every sample trained and counted exactly once; finished within the 240 s timeout,
     # so the lost task did not wait for its 300 s lease.
     assert progress["samples"] == dataset["trained"]
