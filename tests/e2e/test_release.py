@@ -402,6 +402,7 @@ def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, re
     retries = job["status"].get("retryCount", 0)
     (pserver,) = pods(kube_cluster, "pserver")
     (coordinator,) = pods(kube_cluster, "coordinator")
+    old_coordinator = coordinator
     progress = coordinator_progress(kube_cluster, coordinator)
     checkpoint = REST[-1]  # checkpointEvery 1: every export is checkpointed
     done = {p["partition"] for p in progress["partitions"] if p["exported"]}
@@ -454,11 +455,18 @@ def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, re
 
     # The restarted job resumed from the checkpoint, not from scratch: the coordinator says
     # so, and its progress holds every hour up to the checkpoint with the same samples.
-    (coordinator,) = [
-        p
-        for p in pods(kube_cluster, "coordinator")
-        if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
-    ]
+    # Volcano says Running once minAvailable pods run; the coordinator pod may still be starting.
+    def new_coordinator():
+        running = [
+            p
+            for p in pods(kube_cluster, "coordinator")
+            if p.status.phase == "Running"
+            and p.metadata.deletion_timestamp is None
+            and p.metadata.uid != old_coordinator.metadata.uid
+        ]
+        return len(running) == 1 and running[0]
+
+    coordinator = wait_until("a new coordinator Running", new_coordinator, 300, kube_cluster, NS)
 
     def said(pod, text: str):
         log = core_api(kube_cluster).read_namespaced_pod_log(pod.metadata.name, NS)
