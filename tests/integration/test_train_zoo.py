@@ -36,15 +36,15 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
+# Every model once and every sparse optimizer once (5 PS jobs of ~35 s): the default
+# dnn with Adam is trained by most other training tests (test_train_quality: within 0.02
+# of the oracle), so it is not repeated here.
 CASES = [
-    ("dnn", "adam"),
-    ("lr", "adam"),
-    ("wide_deep", "adam"),
+    ("lr", "sgd"),
+    ("wide_deep", "adagrad"),  # sparse AdaGrad; the dense part runs Adam (Paddle PS: SGD/Adam only)
     ("deepfm", "adam"),
     ("dcn", "adam"),
     ("xdeepfm", "adam"),
-    ("dnn", "sgd"),
-    ("dnn", "adagrad"),  # sparse AdaGrad; the dense part runs Adam (Paddle PS: SGD/Adam only)
 ]
 
 
