@@ -102,6 +102,7 @@ def _run(
     timeout: float = 150.0,
     end=PARTITION,
     lease_seconds: float = 8.0,  # a heartbeat every 2 s; 4 s expired once at load 12
+    task_mb: float = 0.25,
 ):
     from elasticctr.local.training import ElasticJob
 
@@ -111,7 +112,7 @@ def _run(
         dataset["root"] / f"{name}-logs",
         trainers=trainers,
         lease_seconds=lease_seconds,
-        task_mb=0.25,
+        task_mb=task_mb,
     )
     t0 = time.monotonic()
     with job:
@@ -244,6 +245,117 @@ def test_a_crashed_trainer_restarts_in_place_and_its_task_is_requeued_at_once(
     assert progress["samples"] == dataset["trained"]
     log = (job.log_dir / "trainer-1.log").read_text()
     assert "--- start trainer-1 (restart 1)" in log
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+    _same_quality(manifest["metrics"], baseline)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _readers(pid: int) -> dict[int, list[str]]:
+    """The native readers (ectl-slotfeed with a lease file) among pid's descendants."""
+    found = {}
+    for child in _descendants(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().decode().split("\0")[:-1]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if argv and "ectl-slotfeed" in Path(argv[0]).name and "--lease-file" in argv:
+            found[child] = argv
+    return found
+
+
+def _output_left(readers: dict[int, list[str]]) -> int:
+    """Of the frozen readers, the most output one still has to write (bytes): its range's
+    whole output (the same reader run here, without the lease) minus what it wrote."""
+    left = 0
+    for pid, argv in readers.items():
+        try:
+            wrote = int(
+                next(x for x in Path(f"/proc/{pid}/io").read_text().splitlines()
+                     if x.startswith("wchar:")).split()[1]
+            )  # fmt: skip
+        except (OSError, StopIteration):
+            continue
+        i = argv.index("--lease-file")
+        plain, run_dir = argv[:i] + argv[i + 4 :], Path(argv[i + 1]).parent
+        totals = []
+        for spec in run_dir.glob("*/*.spec"):
+            path, start, end = spec.read_text().split("\t")[:3]
+            out = subprocess.run(
+                plain, input=f"{path}\t{start}\t{end}\t-\t-\n".encode(), capture_output=True
+            )
+            totals.append(len(out.stdout))
+        if totals:
+            left = max(left, min(totals) - wrote)
+    return left
+
+
+def _freeze_mid_range(job, name: str, min_left: int = 256 << 10) -> list[str]:
+    """Stop trainer `name` (SIGSTOP, its readers too) while one of its native readers has
+    more than `min_left` bytes of its range still to write (so it is mid-range and has
+    more writes ahead); return the trainer's leased task ids."""
+    trainer = name.removeprefix("trainer-")
+    for _ in range(400):
+        if _readers(job.sup.pid(name)):
+            job.sup.kill(name, signal.SIGSTOP)
+            time.sleep(0.1)
+            held = job.client().progress()["trainers"].get(trainer, {}).get("leased", [])
+            if held and _output_left(_readers(job.sup.pid(name))) > min_left:
+                return held
+            job.sup.kill(name, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError(f"{name}'s native readers never caught mid-range")
+
+
+def test_a_lease_lost_mid_range_stops_the_native_readers(dataset, baseline) -> None:
+    """Native pipeline: a trainer whose lease expires while its readers are mid-range
+    (frozen past the lease period, then resumed) stops reading at once (the readers see
+    the lease file unrenewed), abandons the task, and the task is retrained by the other
+    trainer; every sample is counted once."""
+
+    def act(job):
+        _wait_for(lambda: _done_count(job) >= 2, 90, "first tasks")
+        held = _freeze_mid_range(job, "trainer-1")
+        (lost,) = held
+
+        def released():
+            trainers = job.client().progress()["trainers"]
+            return lost not in trainers.get("1", {}).get("leased", [])
+
+        try:
+            _wait_for(released, 60, "the frozen trainer's lease to expire")
+        finally:
+            job.sup.kill("trainer-1", signal.SIGCONT)
+        return {"held": held}
+
+    # 2 MiB tasks (~11k samples; ~0.9 MB of reader output per thread), lease 8 s
+    job, progress, manifest, info = _run(dataset, "lease-lost-native", act, task_mb=2.0)
+    done = _done_log(job)
+    (lost,) = info["held"]
+    retried = {t for t, d in done.items() if d["attempts"] > 1}
+    assert lost in retried and len(retried) <= 1 + _crash_restarts(job), retried
+    assert done[lost]["trainer"] == "0"
+    log = (job.log_dir / "trainer-1.log").read_text()
+    assert f"task {lost}: lease lost, the reader stopped mid-range" in log, log[-3000:]
+    import re
+
+    (abandoned,) = re.findall(rf"task {re.escape(lost)}: lease lost after (\d+) samples", log)
+    assert int(abandoned) < done[lost]["samples"], (abandoned, done[lost])
+    assert progress["finished"] and progress["samples"] == dataset["trained"]
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
     _same_quality(manifest["metrics"], baseline)
 
@@ -385,5 +497,6 @@ def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
         assert 0.65 < metrics["auc"] < 1 and metrics["job_tasks_done"] > 0, metrics
         assert metrics["job_trainers"] == 2 and metrics["job_samples_per_sec"] > 0, metrics
         assert metrics["trainer_cpu_seconds"] > 0 and metrics["trainer_rss_peak_mb"] > 100
+        assert 0.6 < metrics["train_auc"] < 1, metrics  # the chief's last quarter of batches
     versions = client.search_model_versions("name = 'elastic-cli'")
     assert sorted(v.tags[C.MLFLOW_TAG_VERSION] for v in versions) == [PARTITION, SECOND]

@@ -238,3 +238,25 @@ def test_resource_meter_counts_this_process_cpu_and_peak_memory() -> None:
     meter.reset()
     assert meter.read()["trainer_cpu_seconds"] < got["trainer_cpu_seconds"]
     assert total > 0
+
+
+@pytest.mark.fast
+def test_train_auc_is_the_auc_of_the_last_quarter_of_the_batches() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from elasticctr.train.metrics import RecentBatches, train_auc
+
+    rng = np.random.default_rng(4)
+    labels = [rng.random(100) < 0.3 for _ in range(12)]
+    # Predictions get better batch by batch: the last quarter scores highest.
+    probs = [np.where(y, 0.2 + 0.05 * i, 0.5) + rng.random(100) * 0.3 for i, y in enumerate(labels)]
+    want = roc_auc_score(np.concatenate(labels[-3:]), np.concatenate(probs[-3:]))
+    assert train_auc(labels, probs) == pytest.approx(want, abs=1e-6)
+    assert train_auc(labels, probs) > roc_auc_score(np.concatenate(labels), np.concatenate(probs))
+    assert np.isnan(train_auc([], []))
+    # Only the most recent samples are kept; the quarter counts every batch added.
+    recent = RecentBatches(max_samples=250)
+    for y, p in zip(labels, probs, strict=True):
+        recent.add(y.astype(np.float32).reshape(-1, 1), p.reshape(-1, 1))
+    assert recent.batches == 12 and len(recent.labels) == 3
+    assert recent.auc() == pytest.approx(want, abs=1e-6)

@@ -150,3 +150,54 @@ def test_bad_share_above_the_bound_names_the_lines(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"1 of 3 lines malformed") as err:
         stats.check(str(data), 0.1)
     assert "part-0@8: click 2 > show 1" in err.value.problems[0]
+
+
+def _reader(data: Path, stats: Path, lease: native.Lease) -> subprocess.Popen:
+    exe = native.build()
+    args = ["--slots", ",".join(map(str, SLOTS)), "--heldout", "skip"]
+    args += ["--lease-file", str(lease.path), "--lease-seconds", str(lease.seconds)]
+    proc = subprocess.Popen([str(exe), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdin.write(f"{data}\t0\t-1\t{stats}\t-\n".encode())
+    proc.stdin.close()
+    return proc
+
+
+@pytest.mark.parametrize("how", ["removed", "not renewed"])
+def test_a_lost_lease_stops_the_reader_mid_range(tmp_path: Path, how: str) -> None:
+    """Elastic trainers: once the lease file is removed (a refused heartbeat) or older
+    than the lease period (no accepted heartbeat), the reader writes nothing more and
+    says `stopped`; what it wrote is whole samples, counted in `emitted`."""
+    data = tmp_path / "part-0"
+    data.write_text("\n".join(_lines(40_000)) + "\n")
+    full = _run(f"{data}\t0\t-1\t-\t-\n", "--heldout", "skip")
+    assert len(full) > 30_000  # ~2 MB of output: far more than a pipe holds
+    lease = native.Lease(tmp_path / "lease", 30.0 if how == "removed" else 0.5)
+    lease.renew()
+    proc = _reader(data, tmp_path / "s", lease)
+    # The reader blocks on the pipe (nobody reads): it cannot run ahead of ~128 KiB.
+    first = proc.stdout.read(4096)
+    if how == "removed":
+        lease.lose()
+    else:
+        import time
+
+        time.sleep(1.5)  # > 0.5 s without renewal
+    out = first + proc.stdout.read()
+    assert proc.wait(timeout=60) == 0
+    stats = native.RangeStats.read("part-0", tmp_path / "s")
+    assert stats.stopped == 1
+    rows = [[int(x) for x in line.split()] for line in out.decode().splitlines()]
+    assert out.endswith(b"\n") or not out
+    assert len(rows) == stats.emitted < len(full) // 4, (len(rows), len(full))
+    assert rows == full[: len(rows)]  # the range's first samples, whole and in order
+    # A lease still held reads the whole range; a lease lost before the start reads none.
+    lease = native.Lease(tmp_path / "lease2", 30.0)
+    lease.renew()
+    proc = _reader(data, tmp_path / "s2", lease)
+    assert len(proc.stdout.read().splitlines()) == len(full) and proc.wait(timeout=60) == 0
+    assert native.RangeStats.read("x", tmp_path / "s2").stopped == 0
+    lease.lose()
+    proc = _reader(data, tmp_path / "s3", lease)
+    assert proc.stdout.read() == b"" and proc.wait(timeout=60) == 0
+    got = native.RangeStats.read("x", tmp_path / "s3")
+    assert (got.stopped, got.emitted, got.lines) == (1, 0, 0)

@@ -164,11 +164,15 @@ def _fresh_job(progress: dict) -> bool:
 
 
 class _Heartbeat:
-    """Heartbeats the current lease from a thread; `lost` is set when it is refused."""
+    """Heartbeats the current lease from a thread; `lost` is set when it is refused.
+
+    With a `native.Lease` file (native pipeline) every accepted heartbeat renews the
+    file and a refused one removes it: the readers then stop mid-range."""
 
     def __init__(self, client: CoordinatorClient):
         self.client = client
         self.lease: str | None = None
+        self.fence: native.Lease | None = None
         self.every = 1.0
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -176,12 +180,21 @@ class _Heartbeat:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def track(self, lease: str | None, lease_seconds: float | None = None) -> None:
+    def track(
+        self,
+        lease: str | None,
+        lease_seconds: float | None = None,
+        fence: native.Lease | None = None,
+    ) -> None:
         with self._lock:
-            self.lease = lease
+            if self.fence is not None:
+                self.fence.lose()
+            self.lease, self.fence = lease, fence
             if lease_seconds:
                 self.every = max(0.2, lease_seconds / 4)
             self.lost.clear()
+            if fence is not None:
+                fence.renew()  # the lease was granted just now
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -190,11 +203,19 @@ class _Heartbeat:
             if lease is None:
                 continue
             try:
-                if not self.client.heartbeat(lease):
-                    self.lost.set()
+                ok = self.client.heartbeat(lease)
             except EctlError as exc:
                 log(f"heartbeat failed: {exc}")
-                self.lost.set()
+                ok = False
+            with self._lock:
+                if self.lease != lease:
+                    continue  # the answer is about a task done meanwhile
+                if ok and self.fence is not None:
+                    self.fence.renew()
+                elif not ok:
+                    self.lost.set()
+                    if self.fence is not None:
+                        self.fence.lose()
 
     def close(self) -> None:
         self._stop.set()
@@ -325,17 +346,19 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
                 dense_ready = True
             task, lease = answer["task"], answer["lease"]
-            beat.track(
-                lease, float(answer.get("lease_seconds", C.DEFAULT_COORDINATOR_LEASE_SECONDS))
-            )
+            lease_seconds = float(answer.get("lease_seconds", C.DEFAULT_COORDINATOR_LEASE_SECONDS))
+            native_task = feed is not None and native.can_read([task["url"]])
+            fence = native.Lease(feed.workdir / "lease", lease_seconds) if native_task else None
+            beat.track(lease, lease_seconds, fence)
             log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
             t0, n, abandoned = time.monotonic(), 0, False
-            mine = stats.setdefault(task["partition"], {"losses": [], "samples": 0, "secs": 0.0})
+            mine = _share(stats, task["partition"])
             batches = _read(cfg, task["url"], int(task["start"]), int(task["end"]))
-            if feed is not None and native.can_read([task["url"]]):
+            if native_task:
                 # Native pipeline: the range in `threads` pieces, held-out samples skipped
-                # by the reader (same hash rule). It cannot stop mid-range: a lease lost
-                # meanwhile is noticed at the end and the task abandoned (not completed).
+                # by the reader (same hash rule). A lost lease (the heartbeat refused, or
+                # none accepted for a lease period) stops the readers mid-range through
+                # the lease file; the task is then abandoned (not completed).
                 rng = native.Range(
                     native.local_path(task["url"]), int(task["start"]), int(task["end"])
                 )
@@ -349,11 +372,16 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                     every=pull_dense,
                     every_seconds=roles.dense_pull_seconds(),
                     max_error_rate=cfg.max_error_rate,
+                    lease=fence,
                 )
                 n, batches = result.trained, ()
                 steps += max(1, n // cfg.model.batch_size)
                 mine["losses"].extend(result.losses)
-                abandoned = beat.lost.is_set()
+                for label, prob in zip(result.labels, result.probs, strict=True):
+                    mine["recent"].add(label, prob)
+                abandoned = beat.lost.is_set() or result.stopped
+                if result.stopped:
+                    log(f"task {task['id']}: lease lost, the reader stopped mid-range")
             for batch in batches:
                 if beat.lost.is_set():
                     abandoned = True
@@ -361,9 +389,10 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 batch = take(batch, ~heldout_mask(batch))
                 if not len(batch):
                     continue
-                (loss,) = exe.run(
-                    main, feed=roles.feed_of(net, batch, place), fetch_list=[net.loss]
+                loss, prob = exe.run(
+                    main, feed=roles.feed_of(net, batch, place), fetch_list=[net.loss, net.prob]
                 )
+                mine["recent"].add(batch.click, prob)
                 if steps % pull_every == 0:
                     pull_dense()
                 steps += 1
@@ -394,6 +423,24 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     fleet.stop_worker()
     log("elastic trainer done")
     return last
+
+
+KEEP_PARTITION_STATS = 4
+"""A trainer keeps its share's statistics of this many most recent partitions (the
+coordinator's window leases at most 2 at once; older ones are exported)."""
+
+
+def _share(stats: dict, partition: str) -> dict:
+    """This trainer's statistics of `partition` (losses, recent predictions, samples,
+    seconds): what the chief's export reports as train_* metrics."""
+    if partition not in stats:
+        stats[partition] = {
+            "losses": [], "recent": metrics.RecentBatches(), "samples": 0, "secs": 0.0,
+        }  # fmt: skip
+        for old in sorted(stats)[:-KEEP_PARTITION_STATS]:
+            if old != partition:
+                del stats[old]
+    return stats[partition]
 
 
 def _track(tracker, client: CoordinatorClient, partition: str, result: dict, version_dir) -> None:
@@ -523,12 +570,14 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
     log(f"{partition}: tables dumped in {time.monotonic() - t0:.1f}s")
     dense_meta = roles._save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
     heldout = heldout_batches(cfg, partition)
-    mine = stats.get(partition, {"losses": [], "samples": 0, "secs": 0.0})
+    mine = _share(stats, partition)
     losses = mine["losses"]
     quarter = max(1, len(losses) // 4)
     train = {
         "train_loss_first": float(np.mean(losses[:quarter])) if losses else float("nan"),
         "train_loss_last": float(np.mean(losses[-quarter:])) if losses else float("nan"),
+        # the chief's share: the last quarter of its batches of this partition
+        "train_auc": mine["recent"].auc(),
         "samples_chief": int(mine["samples"]),
         "samples_per_sec_per_trainer": mine["samples"] / mine["secs"] if mine["secs"] else 0.0,
         **meter.read(),  # this trainer's CPU and peak memory since its last export

@@ -25,6 +25,49 @@ def auc(label: np.ndarray, score: np.ndarray) -> float:
     return float((ranks[label].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
 
 
+TRAIN_AUC_MAX_SAMPLES = 200_000
+"""train_auc is measured on at most this many of the most recent samples."""
+
+
+def train_auc(labels: list, probs: list, batches: int | None = None) -> float:
+    """The trainer's `train_auc`: the AUC of its predictions (made before each batch's
+    update) over the last quarter of a pass's `batches` (at least one batch; default
+    len(labels)). `labels`/`probs` hold one array per batch, possibly only the most
+    recent ones (RecentBatches): the quarter is then cut from those. nan without batches.
+    """
+    quarter = max(1, (len(labels) if batches is None else batches) // 4)
+    if not labels:
+        return float("nan")
+    return auc(np.concatenate(labels[-quarter:]), np.concatenate(probs[-quarter:]))
+
+
+class RecentBatches:
+    """(label, prediction) arrays of the most recent batches, at most `max_samples`
+    samples (older batches dropped), and how many batches were added in all."""
+
+    def __init__(self, max_samples: int = TRAIN_AUC_MAX_SAMPLES) -> None:
+        self.max_samples = max_samples
+        self.labels: list = []
+        self.probs: list = []
+        self.batches = 0
+        self._held = 0
+
+    def add(self, label, prob) -> None:
+        label = np.asarray(label).reshape(-1) > 0.5
+        prob = np.asarray(prob, dtype=np.float32).reshape(-1)
+        self.labels.append(label)
+        self.probs.append(prob)
+        self.batches += 1
+        self._held += label.size
+        while self._held - self.labels[0].size >= self.max_samples:
+            self._held -= self.labels.pop(0).size
+            self.probs.pop(0)
+
+    def auc(self) -> float:
+        """train_auc over the last quarter of every batch added (see train_auc)."""
+        return train_auc(self.labels, self.probs, self.batches)
+
+
 def logloss(label: np.ndarray, prob: np.ndarray, eps: float = 1e-7) -> float:
     label = np.asarray(label, dtype=np.float64).reshape(-1)
     prob = np.clip(np.asarray(prob, dtype=np.float64).reshape(-1), eps, 1 - eps)

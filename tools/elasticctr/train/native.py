@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -42,12 +43,21 @@ SOURCE = Path(__file__).with_name("slotfeed.c")
 BINARY_NAME = "ectl-slotfeed"
 MIN_SPLIT_BYTES = 64 << 10
 """A range is split for threads into pieces of at least this many bytes (the rest empty)."""
-LOSSES: list[float] = []
-"""Per-batch losses of the native pipeline (record_loss, a py_func op of the graph)."""
+BATCHES: list[tuple] = []
+"""(loss, prediction, label) of every batch the native pipeline trained (record_batch, a
+py_func op of the graph), in the order the Hogwild threads ran them."""
 
 
-def record_loss(loss) -> None:
-    LOSSES.append(float(np.asarray(loss).reshape(-1)[0]))
+def record_batch(loss, prob, label) -> None:
+    """Called by Paddle's py_func op once per batch, from each training thread: one
+    append of one tuple (atomic under the GIL: the threads' batches never mix)."""
+    BATCHES.append(
+        (
+            float(np.asarray(loss).reshape(-1)[0]),
+            np.array(prob, dtype=np.float32).reshape(-1),
+            np.array(label).reshape(-1) > 0.5,
+        )
+    )
 
 
 def cache_dir() -> Path:
@@ -150,6 +160,7 @@ class RangeStats:
     ignored: int = 0
     heldout: int = 0
     emitted: int = 0
+    stopped: int = 0  # 1: the lease was lost, the range was not read to its end
     bad_offsets: list[int] = field(default_factory=list)
 
     @classmethod
@@ -157,11 +168,12 @@ class RangeStats:
         if not path.is_file():
             raise EctlError(f"{BINARY_NAME} wrote no statistics for {source} (did it crash?)")
         v = [int(x) for x in path.read_text().split()]
-        return cls(source, *v[:7], bad_offsets=v[7:])
+        return cls(source, *v[:8], bad_offsets=v[8:])
 
     def add(self, other: RangeStats) -> None:
         for k in ("lines", "samples", "blank", "malformed", "ignored", "heldout", "emitted"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.stopped = max(self.stopped, other.stopped)
         self.bad_offsets.extend(other.bad_offsets[: max(0, 5 - len(self.bad_offsets))])
 
     def check(self, path: str, max_error_rate: float | None) -> None:
@@ -191,6 +203,26 @@ class RangeStats:
 # --- the dataset run -------------------------------------------------------------------
 
 
+class Lease:
+    """The file through which an elastic trainer tells its readers that its lease lives.
+
+    `renew()` (touch) after every heartbeat the coordinator accepted, `lose()` (remove)
+    when one is refused. A reader stops at its next 64 KiB of output when the file is
+    gone or older than `seconds` (the lease period: no accepted heartbeat for that long
+    means the coordinator expired the lease too); ectl-slotfeed's --lease-file."""
+
+    def __init__(self, path: Path, seconds: float):
+        self.path, self.seconds = Path(path), float(seconds)
+        if not self.seconds > 0:
+            raise EctlError(f"lease seconds must be > 0, got {seconds!r}")
+
+    def renew(self) -> None:
+        self.path.touch()  # creates it, or sets its mtime to now
+
+    def lose(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 @dataclass
 class Result:
     stats: dict[str, RangeStats]  # per source range (its label)
@@ -198,10 +230,17 @@ class Result:
     seconds: float
     losses: list[float]
     ticks: int = 0  # side-thread periods that ran (dense pulls)
+    labels: list = field(default_factory=list)  # per batch: clicks (bool)
+    probs: list = field(default_factory=list)  # per batch: predictions before the update
 
     @property
     def trained(self) -> int:
         return sum(s.emitted for s in self.stats.values())
+
+    @property
+    def stopped(self) -> bool:
+        """The reader stopped before the end of a range: the lease was lost."""
+        return any(s.stopped for s in self.stats.values())
 
 
 class NativeFeed:
@@ -221,13 +260,15 @@ class NativeFeed:
     def close(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def pipe_command(self, heldout: str) -> str:
+    def pipe_command(self, heldout: str, lease: Lease | None = None) -> str:
         cmd = f"{self.exe_binary} --slots {','.join(map(str, self.slots))} --heldout {heldout}"
         if self.sparse_dim:
             cmd += f" --sparse-dim {self.sparse_dim}"
+        if lease is not None:
+            cmd += f" --lease-file {shlex.quote(str(lease.path))} --lease-seconds {lease.seconds}"
         return cmd
 
-    def _dataset(self, heldout: str, files: list[str]):
+    def _dataset(self, heldout: str, files: list[str], lease: Lease | None = None):
         import paddle
 
         ds = paddle.distributed.QueueDataset()
@@ -235,7 +276,7 @@ class NativeFeed:
             batch_size=self.batch_size,
             thread_num=self.threads,
             use_var=self.use_vars,
-            pipe_command=self.pipe_command(heldout),
+            pipe_command=self.pipe_command(heldout, lease),
         )
         ds.set_filelist(files)
         return ds
@@ -252,11 +293,13 @@ class NativeFeed:
         every=None,
         every_seconds: float = 0.05,
         max_error_rate: float | None = None,
-        abort: threading.Event | None = None,
+        lease: Lease | None = None,
     ) -> Result:
         """Train `program` on `ranges` (each split for the threads). `every` is called from
         a side thread every `every_seconds` while training (the dense pull); `loss_var`'s
-        value is sampled then too (train_loss metrics). Returns statistics per range."""
+        value is sampled then too (train_loss metrics). With `lease` the readers stop once
+        it is lost (Lease), so the run ends early (`Result.stopped`). Returns statistics per
+        range and each batch's loss, predictions and labels (train_loss, train_auc)."""
         labels = labels or [f"{r.path}@{r.start}" for r in ranges]
         run_dir = Path(tempfile.mkdtemp(dir=self.workdir))
         specs: list[tuple[str, Path]] = []  # (label, stats file)
@@ -276,7 +319,7 @@ class NativeFeed:
         t0 = time.monotonic()
         stop = threading.Event()
         side = None
-        LOSSES.clear()
+        BATCHES.clear()
         if every is not None:
             side = threading.Thread(
                 target=self._side,
@@ -288,7 +331,7 @@ class NativeFeed:
         try:
             # train_from_dataset leaves <program>_train_desc.prototxt in the working folder.
             os.chdir(run_dir)
-            ds = self._dataset(heldout, files)
+            ds = self._dataset(heldout, files, lease)
             exe.train_from_dataset(program=program, dataset=ds, thread=self.threads, debug=False)
         finally:
             os.chdir(cwd)
@@ -296,7 +339,8 @@ class NativeFeed:
             if side is not None:
                 side.join()
         seconds = time.monotonic() - t0
-        losses = [v for v in LOSSES if np.isfinite(v)]
+        batches, BATCHES[:] = list(BATCHES), []
+        losses = [b[0] for b in batches if np.isfinite(b[0])]
         per_range: dict[str, RangeStats] = {}
         for label, stats_path in specs:
             got = RangeStats.read(label, stats_path)
@@ -305,7 +349,10 @@ class NativeFeed:
             per_range[label].check(rng.path, max_error_rate)
         text = b"".join(p.read_bytes() for p in held_paths if p.exists())
         shutil.rmtree(run_dir, ignore_errors=True)
-        return Result(per_range, text, seconds, losses, ticks[0])
+        return Result(
+            per_range, text, seconds, losses, ticks[0],
+            labels=[b[2] for b in batches], probs=[b[1] for b in batches],
+        )  # fmt: skip
 
     @staticmethod
     def _side(stop, every, every_seconds, ticks) -> None:

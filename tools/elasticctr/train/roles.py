@@ -152,10 +152,11 @@ def build_net(spec: ModelSpec, num_slots: int, per_slot: bool = False) -> Net:
     infer_program = paddle.static.default_main_program().clone(for_test=True)
     if per_slot:
         # train_from_dataset runs no Python per batch: a py_func op hands each batch's
-        # loss to native.LOSSES (the train_loss metrics; one GIL grab per batch).
+        # loss, predictions and labels to native.BATCHES (the train_loss and train_auc
+        # metrics; one GIL grab per batch).
         from elasticctr.train import native as _native
 
-        paddle.static.py_func(_native.record_loss, loss, out=None)
+        paddle.static.py_func(_native.record_batch, [loss, prob, label], out=None)
     return Net(feasigns, label, pooled, prob, loss, infer_program, slot_vars, show, click)
 
 
@@ -612,6 +613,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                     max_error_rate=cfg.max_error_rate,
                 )
                 n, losses, native_done = result.trained, result.losses, True
+                train_labels, train_probs = result.labels, result.probs
                 # The reader's rows must be in this partition's dump ("exports hold every
                 # trained row"): the worker's sparse pushes are queued; flush them (the
                 # dense ones went synchronously with each batch of train_from_dataset).
@@ -659,11 +661,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
             train = {
                 "train_loss_first": float(np.mean(losses[:quarter])) if losses else float("nan"),
                 "train_loss_last": float(np.mean(losses[-quarter:])) if losses else float("nan"),
-                "train_auc": metrics.auc(
-                    np.concatenate(train_labels[-quarter:]), np.concatenate(train_probs[-quarter:])
-                )
-                if train_labels
-                else float("nan"),
+                "train_auc": metrics.train_auc(train_labels, train_probs),
                 "samples": int(totals[0]),
                 "samples_per_sec": float(totals[1]),
                 "samples_per_sec_per_trainer": float(totals[1] / renv.trainers_num),

@@ -6,6 +6,7 @@
  *
  *   stdin:  PATH \t START \t END \t STATS_OUT \t HELDOUT_OUT \n     (END -1 = end of file)
  *   args:   --slots 0,1,... [--sparse-dim N] [--heldout all|skip|save|only]
+ *           [--lease-file PATH --lease-seconds S]
  *   stdout: per sample, for every slot in --slots order "<n> id ...", then "1 <click>",
  *           "1 <show>", "1 <click>" (label, show, click); an empty slot is "1 0" (the
  *           padding feasign 0, as elasticctr.train.roles.PAD_FEASIGN).
@@ -22,8 +23,16 @@
  * samples are dropped; save: dropped and their raw lines appended to HELDOUT_OUT; only:
  * nothing is emitted, held-out raw lines go to HELDOUT_OUT.
  *
- * STATS_OUT receives one line when the range is done:
- *   lines samples blank malformed ignored heldout emitted bad_offset...(at most 5)
+ * Lease (elastic trainers): with --lease-file the range is read only while that file
+ * exists and its mtime is at most --lease-seconds old (the trainer touches it at every
+ * heartbeat the coordinator accepted and removes it when one is refused). Checked when
+ * a range starts and before every write of the output buffer (64 KiB, whole samples):
+ * once the lease is lost the buffered samples are dropped, nothing more is written and
+ * the range ends "stopped", so Paddle's train_from_dataset ends early.
+ *
+ * STATS_OUT receives one line when the range is done (or stopped):
+ *   lines samples blank malformed ignored heldout emitted stopped bad_offset...(at most 5)
+ * `emitted` counts the samples written to stdout; stopped is 1 if the lease was lost.
  * The Python side checks the malformed share and re-diagnoses the bad lines by offset.
  * Exit status 2 = usage or I/O error (message on stderr).
  */
@@ -36,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_DIGITS 20
@@ -50,6 +60,8 @@ static int32_t *direct;     /* slot id -> index when every slot id < direct_size
 static uint64_t direct_size;
 static uint64_t sparse_dim;
 static int heldout_mode = HELD_ALL;
+static const char *lease_file;
+static double lease_seconds;
 
 static void die(const char *msg, const char *arg) {
   fprintf(stderr, "ectl-slotfeed: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
@@ -71,12 +83,37 @@ static uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/* --- lease --------------------------------------------------------------------------- */
+
+/* 1 when the trainer's lease is gone: the file removed, or not renewed for lease_seconds
+ * (then the coordinator has expired it too: it renews a lease only on a heartbeat). */
+static int lease_lost(void) {
+  if (!lease_file) return 0;
+  struct stat st;
+  if (stat(lease_file, &st) != 0) return 1;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double age = (double)(now.tv_sec - st.st_mtim.tv_sec) +
+               (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+  return age > lease_seconds;
+}
+
 /* --- output buffer ------------------------------------------------------------------ */
 
-static char obuf[1 << 20];
-static size_t olen;
+#define OBUF_FLUSH (64 << 10) /* one pipe's worth: the lease is checked per write */
+
+static char *obuf;
+static size_t olen, ocap;
+static uint64_t obuf_samples; /* whole samples in obuf */
+static uint64_t written;      /* samples written to stdout */
+static int stopped;           /* the lease was lost: write nothing more */
 
 static void oflush(void) {
+  if (!stopped && olen && lease_lost()) stopped = 1;
+  if (stopped) { /* drop the buffered samples */
+    olen = obuf_samples = 0;
+    return;
+  }
   size_t off = 0;
   while (off < olen) {
     ssize_t w = write(1, obuf + off, olen - off);
@@ -88,10 +125,19 @@ static void oflush(void) {
     off += (size_t)w;
   }
   olen = 0;
+  written += obuf_samples;
+  obuf_samples = 0;
 }
 
-static inline void ospace(size_t need) {
-  if (olen + need > sizeof obuf) oflush();
+/* Room for one whole sample of at most `need` bytes: output is flushed only between
+ * samples, so what reaches Paddle always ends with a whole line. */
+static void ospace(size_t need) {
+  if (olen && olen + need > OBUF_FLUSH) oflush();
+  if (olen + need > ocap) {
+    ocap = olen + need > 2 * OBUF_FLUSH ? olen + need : 2 * OBUF_FLUSH;
+    obuf = realloc(obuf, ocap);
+    if (!obuf) die("out of memory", NULL);
+  }
 }
 
 static inline void ou64(uint64_t v) {
@@ -186,7 +232,7 @@ static int parse_line(const unsigned char *s, const unsigned char *e, uint64_t *
 /* --- one range ----------------------------------------------------------------------- */
 
 typedef struct {
-  uint64_t lines, samples, blank, malformed, ignored, heldout, emitted;
+  uint64_t lines, samples, blank, malformed, ignored, heldout, emitted, stopped;
   uint64_t bad[MAX_BAD_OFFSETS];
   int nbad;
 } Stats;
@@ -207,9 +253,9 @@ static void emit_sample(uint64_t show, uint64_t click, size_t n) {
   }
   for (size_t i = 0; i < n; i++) sorted[starts[pairs.slot[i]]++] = pairs.fea[i];
   size_t at = 0;
+  ospace(24 * nslots + n * 21 + 80);
   for (size_t j = 0; j < nslots; j++) {
     uint32_t c = counts[j];
-    ospace(24 + (size_t)c * 21);
     if (c == 0) {
       memcpy(obuf + olen, "1 0 ", 4);
       olen += 4;
@@ -222,7 +268,6 @@ static void emit_sample(uint64_t show, uint64_t click, size_t n) {
     }
     obuf[olen++] = ' ';
   }
-  ospace(80);
   memcpy(obuf + olen, "1 ", 2);
   olen += 2;
   ou64(click);
@@ -233,6 +278,7 @@ static void emit_sample(uint64_t show, uint64_t click, size_t n) {
   olen += 3;
   ou64(click);
   obuf[olen++] = '\n';
+  obuf_samples++;
 }
 
 static int is_heldout(size_t n) {
@@ -272,7 +318,9 @@ static void run_range(const char *path, long long start, long long end, const ch
     if (!held) die("cannot open held-out output", held_out);
   }
   Stats s = {0};
-  if (size > 0 && b < size) {
+  uint64_t written0 = written;
+  if (lease_lost()) stopped = 1;
+  if (!stopped && size > 0 && b < size) {
     const unsigned char *data = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (data == MAP_FAILED) die("cannot map data file", path);
     madvise((void *)data, size, MADV_SEQUENTIAL);
@@ -282,7 +330,7 @@ static void run_range(const char *path, long long start, long long end, const ch
       const unsigned char *nl = memchr(p, '\n', (size_t)(e - p));
       p = nl ? nl + 1 : e;
     }
-    while (p < e && (uint64_t)(p - data) < lim) {
+    while (!stopped && p < e && (uint64_t)(p - data) < lim) {
       const unsigned char *nl = memchr(p, '\n', (size_t)(e - p));
       const unsigned char *le = nl ? nl : e;
       uint64_t show = 0, click = 0;
@@ -306,7 +354,6 @@ static void run_range(const char *path, long long start, long long end, const ch
           }
         } else if (heldout_mode != HELD_ONLY) {
           emit_sample(show, click, n);
-          s.emitted++;
         }
       }
       p = nl ? nl + 1 : e;
@@ -315,16 +362,19 @@ static void run_range(const char *path, long long start, long long end, const ch
   }
   close(fd);
   oflush();
+  s.emitted = written - written0;
+  s.stopped = (uint64_t)stopped;
   if (held && fclose(held) != 0) die("cannot write held-out output", held_out);
   if (stats_out && *stats_out && strcmp(stats_out, "-") != 0) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", stats_out);
     FILE *f = fopen(tmp, "w");
     if (!f) die("cannot write stats", tmp);
-    fprintf(f, "%llu %llu %llu %llu %llu %llu %llu", (unsigned long long)s.lines,
+    fprintf(f, "%llu %llu %llu %llu %llu %llu %llu %llu", (unsigned long long)s.lines,
             (unsigned long long)s.samples, (unsigned long long)s.blank,
             (unsigned long long)s.malformed, (unsigned long long)s.ignored,
-            (unsigned long long)s.heldout, (unsigned long long)s.emitted);
+            (unsigned long long)s.heldout, (unsigned long long)s.emitted,
+            (unsigned long long)s.stopped);
     for (int i = 0; i < s.nbad; i++) fprintf(f, " %llu", (unsigned long long)s.bad[i]);
     fputc('\n', f);
     if (fclose(f) != 0 || rename(tmp, stats_out) != 0) die("cannot write stats", stats_out);
@@ -367,6 +417,13 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--sparse-dim") == 0) {
       const unsigned char *p = (const unsigned char *)v;
       if (!parse_u64(&p, p + strlen(v), &sparse_dim) || *p) die("bad --sparse-dim", v);
+    } else if (strcmp(a, "--lease-file") == 0) {
+      lease_file = v;
+    } else if (strcmp(a, "--lease-seconds") == 0) {
+      char *x;
+      errno = 0;
+      lease_seconds = strtod(v, &x);
+      if (*x || errno || !(lease_seconds > 0)) die("bad --lease-seconds (> 0)", v);
     } else if (strcmp(a, "--heldout") == 0) {
       if (strcmp(v, "all") == 0) heldout_mode = HELD_ALL;
       else if (strcmp(v, "skip") == 0) heldout_mode = HELD_SKIP;
@@ -378,6 +435,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!nslots) die("usage: ectl-slotfeed --slots 0,1,... [--sparse-dim N] [--heldout MODE]", NULL);
+  if (lease_file && !(lease_seconds > 0)) die("--lease-file needs --lease-seconds", NULL);
   char *line = NULL;
   size_t cap = 0;
   ssize_t got;
