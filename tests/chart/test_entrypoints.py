@@ -10,6 +10,7 @@ neither the CLI nor the contract fails.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -29,7 +30,10 @@ IMAGES = ["train", "serving", "cube", "fileserver"]
 K8S_VAR = re.compile(r"\$\(([A-Z_][A-Z0-9_]*)\)")
 
 
+@functools.cache
 def _root():
+    """The CLI's click command, built once: typer rebuilds it (type hints of every
+    callback) on each call, which cost seconds per resolved command line."""
     if not cli_main.app.registered_groups and not cli_main.app.registered_commands:
         cli_main._register()
     return typer.main.get_command(cli_main.app)
