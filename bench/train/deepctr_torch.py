@@ -36,6 +36,10 @@ The trainer's CPU includes its reader processes (the pipe commands).
 
   .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000
   make bench-deepctr ARGS="--lines 100000"
+
+`--ectl-only` trains ElasticCTR alone (no .bench-venv: for variants compared with an
+earlier DeepCTR-Torch result on the same --data), `--set batchSize=461` overrides
+trainer.model keys (docs/training.md "Why the native path's AUC was below").
 """
 
 from __future__ import annotations
@@ -177,7 +181,7 @@ def train_elasticctr(
             "modelStore": str(work / "store"),
         },
         "trainer": {
-            "model": {"name": "dnn", "batchSize": args.batch},
+            "model": {"name": "dnn", "batchSize": args.batch, **_model_overrides(args.set)},
             "trainer": {"threads": args.ectl_threads},
         },
     }
@@ -202,6 +206,19 @@ def train_elasticctr(
         "cores": trainer_cores,
         "pserver_cores": pserver_cores,
     }
+
+
+def _model_overrides(pairs: list[str]) -> dict:
+    """--set KEY=VALUE (repeatable) -> trainer.model overrides (VALUE parsed as YAML)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects KEY=VALUE, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def _index_block(batch_ids, batch_lengths, vocab: np.ndarray, maxlen: int) -> np.ndarray:
@@ -385,10 +402,16 @@ def worker(args) -> None:
 # --- driver ---------------------------------------------------------------------------------
 
 
+def _samples(hour: dict) -> int:
+    """Samples trained in an hour: DeepCTR-Torch's and the static launcher's `samples`; an
+    elastic job's manifest has the chief's share (`samples_chief`: all with 1 trainer)."""
+    return hour["samples"] if "samples" in hour else hour["samples_chief"]
+
+
 def _rate(hours: list[dict], rate_key: str) -> float:
     """Samples/s over all hours: total samples / total time."""
-    samples = sum(h["samples"] for h in hours)
-    return samples / sum(h["samples"] / h[rate_key] for h in hours)
+    samples = sum(_samples(h) for h in hours)
+    return samples / sum(_samples(h) / h[rate_key] for h in hours)
 
 
 def _scale_rows(one: dict, two: dict | None, rate_one: float) -> list[tuple]:
@@ -441,6 +464,13 @@ def main() -> None:
         help="ElasticCTR trainer.threads (0 = Python reader; default: the chart's 2)",
     )
     ap.add_argument("--no-scale", action="store_true", help="skip the 2-trainer ElasticCTR run")
+    ap.add_argument(
+        "--ectl-only", action="store_true", help="train ElasticCTR only (no DeepCTR-Torch, no venv)"
+    )
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="trainer.model override for ElasticCTR (repeatable), e.g. batchSize=461",
+    )  # fmt: skip
     ap.add_argument("--dense-lr", type=float, default=0.001, help="DeepCTR-Torch Adam, dense")
     ap.add_argument("--embedding-lr", type=float, default=0.05, help="... and embeddings")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: temp)")
@@ -457,7 +487,7 @@ def main() -> None:
     from elasticctr.train import roles
 
     assert roles.HOLDOUT_EVERY == HOLDOUT_EVERY, "trainer 0's held-out rule changed"
-    py = bench_python(args.venv)
+    py = None if args.ectl_only else bench_python(args.venv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ectl-deepctr-"))
     work.mkdir(parents=True, exist_ok=True)
     data = args.data or work / "data"
@@ -469,6 +499,13 @@ def main() -> None:
 
     ectl = train_elasticctr(work, data, slots, parts, args)
     print(f"elasticctr: {json.dumps(ectl['hours'])}", flush=True)
+    if args.ectl_only:
+        hours = ectl["hours"]
+        aucs = " / ".join(f"{h['auc']:.4f}" for h in hours)
+        train = " / ".join(f"{h.get('train_auc', float('nan')):.4f}" for h in hours)
+        rate = _rate(hours, "samples_per_sec_per_trainer")
+        print(f"elasticctr held-out AUC per hour {aucs}; train_auc {train}; {rate:,.0f} samples/s")
+        return
     scale = None if args.no_scale else train_elasticctr(work, data, slots, parts, args, 2)
 
     prep = prepare_arrays(
@@ -517,7 +554,7 @@ def main() -> None:
         ),
         (
             "trained samples",
-            f"{sum(h['samples'] for h in e_hours):,}",
+            f"{sum(_samples(h) for h in e_hours):,}",
             f"{sum(h['samples'] for h in d_hours):,}",
             "",
         ),  # fmt: skip
