@@ -48,6 +48,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "bin"
 TOOLS = REPO / ".tools"
+SCHEDULER_CONF = Path(__file__).resolve().parent / "volcano-scheduler.conf"
 STATE_POINTER = Path("/run/elasticctr-cluster")  # the one running cluster's directory
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian containernetworking-plugins
 
@@ -1105,10 +1106,11 @@ state = "{c / "state"}"
         finally:
             api.close()
         # The scheduler reads its configuration from this file; the ConfigMap holds the same
-        # text under the chart's name and key, so `ectl doctor` reads what really runs.
-        conf = os.environ.get("ELASTICCTR_VOLCANO_SCHEDULER_CONF") or str(
-            chart / "config" / "volcano-scheduler.conf"
-        )
+        # text under the chart's name and key, so `ectl doctor` reads what really runs. The
+        # default is the configuration docs/chart.md recommends for elastic trainers
+        # (preempt and reclaim; Volcano's own chart runs neither), which
+        # tests/e2e/test_preemption.py needs.
+        conf = os.environ.get("ELASTICCTR_VOLCANO_SCHEDULER_CONF") or str(SCHEDULER_CONF)
         self.info["volcano_scheduler_conf"] = conf
         self.apply(
             [

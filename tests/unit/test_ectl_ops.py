@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import require_tool, shared_path
+from tests.conftest import REPO, require_tool, shared_path
 from typer.testing import CliRunner
 
 from elasticctr.cli.main import _register, app
@@ -233,6 +233,19 @@ def test_doctor_finds_what_volcanos_own_scheduler_configuration_lacks_for_preemp
         "action reclaim",
         *(f"plugin {p}" for p in ("priority", "gang", "conformance", "proportion")),
     ]
+
+
+@pytest.mark.fast
+def test_the_harness_runs_the_scheduler_configuration_docs_chart_recommends():
+    """scripts/cluster/volcano-scheduler.conf (what the one-node cluster's vc-scheduler runs,
+    tests/e2e/test_preemption.py needs its preempt action) is docs/chart.md's block, and
+    `ectl doctor` finds nothing missing in it."""
+    from elasticctr.cli.doctor import scheduler_conf_gaps
+
+    conf = (REPO / "scripts" / "cluster" / "volcano-scheduler.conf").read_text()
+    assert scheduler_conf_gaps(conf) == []
+    docs = (REPO / "docs" / "chart.md").read_text()
+    assert f"```yaml\n{conf}```" in docs, "docs/chart.md shows another configuration"
 
 
 def test_doctor_table_names_the_fix(dead_kubeconfig, ectl_here):

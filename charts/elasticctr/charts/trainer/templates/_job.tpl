@@ -57,12 +57,11 @@ tasks:
     # A lost trainer only loses its task lease (it expires; another trainer takes the task).
     # Preempted or deleted (PodEvicted): no policy, so Volcano recreates that pod alone
     # without a retry (RestartTask would kill every trainer and spend one, Volcano >= 1.11).
-    # A crash restarts the container in place (restartPolicy OnFailure). PodFailed is left
-    # for a kubelet eviction (node pressure): RestartPod recreates that pod alone, spending
-    # one retry.
+    # A crash restarts the container in place (restartPolicy OnFailure). No PodFailed policy
+    # either: a preempted trainer whose pod ends Failed on its way out (SIGKILLed after the
+    # grace period, or deleted before its container started) must not spend a retry
+    # (RestartPod does: a few preemptions would fail the job); its deletion recreates it.
     policies:
-      - event: PodFailed
-        action: RestartPod
       # Bounded runs (endDateHour set): trainers exit 0 when no partition is left.
       - event: TaskCompleted
         action: CompleteJob
