@@ -170,11 +170,17 @@ def test_user_errors_are_one_clear_line(tmp_path):
     bad_start = ectl("data", "generate", str(tmp_path), "--start", "2020-04-01", check=False)
     assert bad_start.returncode == 2 and "YYYYMMDD/HH" in bad_start.stderr
     assert "Traceback" not in bad_start.stderr
-    (tmp_path / "part-0").write_text("1 0 1:0\n" + "garbage\n" * 3)
+    # A path longer than a console line: the examples stay whole lines for grep, also
+    # when stdout is not a terminal (rich would wrap them at 80 columns).
+    deep = tmp_path / ("hour-directory-with-a-long-name-" * 3)
+    deep.mkdir()
+    (deep / "part-0").write_text("1 0 1:0\n" + "garbage\n" * 3)
     missing = ectl("data", "profile", str(tmp_path / "absent"), check=False)
     assert missing.returncode == 1 and "not found" in missing.stderr
-    ok = ectl("data", "profile", str(tmp_path / "part-0"))
-    assert "3 malformed" in ok.stdout and "part-0:2:" in ok.stdout
+    ok = ectl("data", "profile", str(deep / "part-0"))
+    assert "3 malformed" in ok.stdout
+    example = f"  {deep / 'part-0'}:2: need at least `show click`"
+    assert example in ok.stdout.splitlines(), ok.stdout
 
 
 def test_atomic_overwrite_on_hdfs(hdfs_dir):

@@ -229,11 +229,14 @@ def _print_profile(report: dict, top: int) -> None:
     )
     if report["truncated"]:
         line += ", stopped at --max-lines"
-    console.print(line, highlight=False)
+    # Whole lines, never wrapped at the console width: examples name FILE:LINE for grep.
+    console.print(line, highlight=False, soft_wrap=True)
     if bad["lines"]:
-        console.print("  reasons: " + ", ".join(f"{k} {v}" for k, v in bad["reasons"].items()))
+        console.print(
+            "  reasons: " + ", ".join(f"{k} {v}" for k, v in bad["reasons"].items()), soft_wrap=True
+        )
         for example in bad["examples"]:
-            console.print(f"  {example}", markup=False, highlight=False)
+            console.print(f"  {example}", markup=False, highlight=False, soft_wrap=True)
     rec = report["recommendation"]
     console.print(
         f"recommended slot.conf: {len(rec['slots'])} slots "
@@ -241,9 +244,10 @@ def _print_profile(report: dict, top: int) -> None:
         f"({rec['distinct_feasigns']:,} distinct feasigns, "
         f"~{rec['expected_collision_share']:.1%} share a bucket; 0 keeps raw feasigns)",
         highlight=False,
+        soft_wrap=True,
     )
     for slot, why in rec["dropped"].items():
-        console.print(f"  slot {slot} left out: {why}", highlight=False)
+        console.print(f"  slot {slot} left out: {why}", highlight=False, soft_wrap=True)
 
 
 def _compact(slots: list[int]) -> str:
