@@ -29,8 +29,12 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(RUFF) format tools tests bench
 	$(RUFF) check --fix tools tests bench
 
+# Two pytest-xdist workers: the e2e package (one cluster per machine, mostly waiting on
+# pods) beside the rest, one file per work unit (tests/conftest.py); TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
 test: venv tools lint images  ## the full suite (CI runs exactly this)
-	@source scripts/tools-env.sh && $(PYTEST) tests --durations=25
+	@source scripts/tools-env.sh && $(PYTEST) tests -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder --durations=40
 
 cluster-up: tools  ## start the one-node Kubernetes + Volcano cluster and a local registry (.cluster/)
 	@source scripts/tools-env.sh && reg=$$(scripts/registry.sh start .cluster-registry) \

@@ -37,3 +37,38 @@ def require_tool(name: str) -> str:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+# Work units of `make test`'s two workers (pytest-xdist, `-n 2 --dist loadfile
+# --no-loadscope-reorder`): each file is a unit, so its module fixtures start once, except
+# that the e2e tests share one cluster per machine, so the whole package is one unit. It goes
+# first (its worker spends most of it waiting on pods), the heavy integration files next and
+# the many short unit files last, so the two workers finish close together.
+_ORDER = ("e2e", "integration", "images", "cluster", "chart", "unit")
+
+
+def _rank(item: pytest.Item) -> int:
+    rel = item.path.relative_to(REPO / "tests")
+    top = rel.parts[0] if len(rel.parts) > 1 else ""
+    return _ORDER.index(top) if top in _ORDER else len(_ORDER)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules its list
+        items.sort(key=_rank)  # stable: file and test order are kept
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """loadfile, with tests/e2e as one unit. (`--dist loadgroup` with xdist_group marks would
+    say the same, but xdist 3.8 writes the group into `item._nodeid`, which pytest 9 no
+    longer reads.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndTheCluster(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+    return FilesAndTheCluster(config, log)
