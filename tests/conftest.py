@@ -58,6 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_rank)  # stable: file and test order are kept
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: fine without xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """loadfile, with tests/e2e as one unit. (`--dist loadgroup` with xdist_group marks would
     say the same, but xdist 3.8 writes the group into `item._nodeid`, which pytest 9 no
