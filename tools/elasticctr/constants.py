@@ -122,6 +122,10 @@ DEFAULT_COORDINATOR_WINDOW = 2
 """Partitions trained at the same time (trainer.coordinator.window)."""
 DEFAULT_COORDINATOR_CHECKPOINT_EVERY = 1
 """Checkpoint after every N exports (trainer.coordinator.checkpointEvery)."""
+COORDINATOR_WAIT_SECONDS = 1.0
+"""How long an idle trainer sleeps before it asks for work again (a `wait` answer).
+Short: with the native pipeline a task of a small hour trains in well under a second,
+and a trainer that slept 5 s through a checkpoint export missed the whole next hour."""
 DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
 """Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
 ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"

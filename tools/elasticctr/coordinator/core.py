@@ -172,7 +172,7 @@ class Coordinator:
                 ):
                     self._load_leased_to = trainer
                     return {"kind": "load", "version": self._load}
-                return {"kind": "wait", "seconds": min(2.0, self.lease_seconds / 4)}
+                return self._wait()
             export = self._export_for(trainer)
             if export is not None:
                 return export
@@ -189,7 +189,7 @@ class Coordinator:
                 }
             if self.finished():
                 return {"kind": "finished"}
-            return {"kind": "wait", "seconds": min(5.0, self.lease_seconds / 4)}
+            return self._wait()
 
     def loaded(self, trainer: str, version: str) -> None:
         """The pservers hold the checkpoint `version` now: training may start."""
@@ -326,6 +326,9 @@ class Coordinator:
 
     def _checkpoint_due(self) -> bool:
         return self._exports_since_checkpoint + 1 >= self.checkpoint_every
+
+    def _wait(self) -> dict:
+        return {"kind": "wait", "seconds": min(C.COORDINATOR_WAIT_SECONDS, self.lease_seconds / 4)}
 
     def _draining(self) -> bool:
         """A checkpoint export is next: lease no new task until it is confirmed."""
