@@ -220,6 +220,7 @@ RULES = [
         {"mlflow": {"ingress": {"enabled": True}}},
         "mlflow.ingress.host: required when mlflow.ingress.enabled",
     ),
+    ({"mlflow": {"enabled": False}}, V.MLFLOW_NOT_DEPLOYED),
     (
         {"cube": {"shards": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
         "cube.podDisruptionBudget.maxUnavailable: 2 would let every shard (2) go down at once",

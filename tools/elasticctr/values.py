@@ -442,6 +442,14 @@ def cross_field_problems(values: Values) -> list[str]:
                 and "mlflow.ingress.host: required when mlflow.ingress.enabled"
             )
         )
+    rule(
+        lambda: (
+            not on("mlflow")
+            and (on("trainer") or on("serving"))
+            and not (g.get("mlflow") or {}).get("trackingUri")
+            and MLFLOW_NOT_DEPLOYED
+        )
+    )
     if on("cube"):
 
         def cube_pdb():
@@ -457,6 +465,13 @@ def cross_field_problems(values: Values) -> list[str]:
 
         rule(cube_pdb)
     return problems
+
+
+MLFLOW_NOT_DEPLOYED = (
+    "global.mlflow.trackingUri: required when mlflow.enabled is false (training and serving "
+    "report to MLflow; with no URI they would report to this release's MLflow, which is not "
+    "deployed, and each trainer would wait minutes for it)"
+)
 
 
 def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:

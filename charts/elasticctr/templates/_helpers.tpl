@@ -123,6 +123,9 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
     {{- $errs = append $errs "mlflow.ingress.host: required when mlflow.ingress.enabled" -}}
   {{- end -}}
 {{- end -}}
+{{- if and (not $v.mlflow.enabled) (or $v.trainer.enabled $v.serving.enabled) (not $v.global.mlflow.trackingUri) -}}
+  {{- $errs = append $errs "global.mlflow.trackingUri: required when mlflow.enabled is false (training and serving report to MLflow; with no URI they would report to this release's MLflow, which is not deployed, and each trainer would wait minutes for it)" -}}
+{{- end -}}
 {{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
   {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every shard (%d) go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) -}}
 {{- end -}}
