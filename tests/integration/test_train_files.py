@@ -108,7 +108,10 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
         assert manifest["slots"] == list(range(8))
         assert manifest["metrics"]["samples_per_sec_per_trainer"] > 0
         aucs.append(manifest["metrics"]["auc"])
-    assert min(aucs) > 0.58, aucs  # 0.687-0.738 measured at load average 10-11; chance 0.5
+    # Each export is a model that learned: above chance after the first hour (27k samples,
+    # ~105 async steps over 4 Hogwild threads: 0.51-0.71 in 6 runs at load 1-34, so only
+    # "not broken" is asserted), well above it after the second (0.73-0.76 in the same runs).
+    assert aucs[0] > 0.5 and aucs[1] > 0.65, aucs
     progress = json.loads((tmp_path / "ckpt" / "ps" / "progress.json").read_text())
     assert progress["version"] == "20200401/01"
 
