@@ -189,6 +189,27 @@ def test_chief_death_hands_export_to_next_trainer():
     )
 
 
+def test_a_chief_that_leaves_mid_export_hands_the_export_on_at_once():
+    """The chief is preempted while it exports (SIGTERM -> leave): the export goes to the
+    next trainer on its next request, not never. Until 2026-12-02 `leave` dropped the
+    trainer but kept the export claimed in its name; the lease-period expiry only releases
+    exports of trainers it still knows, so the hour stayed unexported until a trainer of
+    the same name came back (tests/e2e/test_preemption.py hung on it with trainer 2 alone)."""
+    clock = Clock()
+    coord = Coordinator(lease_seconds=120, task_bytes=100, clock=clock)
+    coord.add_partition(spec("20200401/00", 100))
+    coord.add_partition(spec("20200401/01", 100))
+    held = coord.lease("2")
+    coord.complete(held["lease"], "2", 5)
+    assert coord.lease("0")["kind"] == "export"  # trainer 0 is the chief
+    coord.leave("0")
+    clock.now = 1  # far inside the lease period
+    handed = coord.lease("2")
+    assert (handed["kind"], handed["partition"]) == ("export", "20200401/00")
+    coord.exported("20200401/00", "2", "20200401/00", checkpoint=handed["checkpoint"])
+    assert coord.lease("2")["kind"] == "task"
+
+
 def test_bad_inputs():
     with pytest.raises(EctlError):
         Coordinator(lease_seconds=0)

@@ -250,10 +250,15 @@ class Coordinator:
                 self._trainers.get(trainer, {}).setdefault("failures", []).append(reason[:500])
 
     def leave(self, trainer: str) -> int:
-        """A trainer leaves (preemption notice): re-queue its leases; returns how many."""
+        """A trainer leaves (preemption notice): re-queue its leases and release an export
+        it had claimed (the next chief gets it; `_expire` only sees trainers still known);
+        returns how many leases."""
         with self._lock:
             requeued = self._requeue_leases_of(trainer)
-            self._trainers.pop(trainer, None)
+            info = self._trainers.pop(trainer, None) or {}
+            pid = info.get("export_partition")
+            if pid is not None and self._partitions[pid].export_leased_to == trainer:
+                self._partitions[pid].export_leased_to = None
             return requeued
 
     def _requeue_leases_of(self, trainer: str) -> int:
