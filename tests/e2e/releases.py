@@ -1,0 +1,136 @@
+"""Driving a release of the chart on the one-node cluster the way a user does, through
+`ectl` (tests/e2e/test_preemption.py; tests/e2e/test_release.py does the same steps inline).
+
+Data hours are generated with fixed options and a seed, so `local_copy` writes the same
+bytes as `upload_hours` uploaded; `expected_samples` counts what the job must train once
+each (every line minus the held-out ones, by the trainers' own rule).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import REPO
+
+ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
+
+
+def kube_env(kube_cluster) -> dict:
+    env = dict(os.environ, KUBECONFIG=str(kube_cluster.kubeconfig))
+    env["PATH"] = f"{REPO / '.tools' / 'bin'}:{env['PATH']}"
+    env.pop("ELASTICCTR_RELEASE", None)
+    env.pop("ELASTICCTR_NAMESPACE", None)
+    return env
+
+
+def run_ectl(
+    kube_cluster,
+    namespace: str,
+    *args: str,
+    timeout: float = 300,
+    env: dict | None = None,
+    check: bool = True,
+):
+    """`ectl ARGS` against the cluster; a failure fails the test with the namespace's
+    diagnostics."""
+    proc = subprocess.run(
+        [*ECTL, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**kube_env(kube_cluster), **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"ectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}\n{kube_cluster.diagnostics(namespace)}",
+            pytrace=False,
+        )
+    return proc
+
+
+def core_api(kube_cluster):
+    from kubernetes import client
+
+    return client.CoreV1Api(kube_cluster.api())
+
+
+def fileserver_token(kube_cluster, release: str, namespace: str) -> str:
+    secret = core_api(kube_cluster).read_namespaced_secret(f"{release}-fileserver", namespace)
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def generate_args(start: str, hours: int, lines: int, files: int, seed: int,
+                  options: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+    """`ectl data generate` arguments; `options` are further generator options (e.g.
+    `("--slots", "0-7", "--vocab", "100")`)."""
+    return ["--start", start, "--hours", str(hours), "--lines", str(lines),
+            "--files", str(files), "--seed", str(seed), *options]  # fmt: skip
+
+
+def upload_hours(kube_cluster, release: str, namespace: str, start: str, hours: int,
+                 lines: int, files: int, seed: int,
+                 options: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Generate hours with a fixed seed and upload them to the release's fileserver through
+    `ectl port-forward` (partitions + donefiles)."""
+    run_ectl(
+        kube_cluster, namespace,
+        "port-forward", "fileserver", "-R", release, "-n", namespace, "--",
+        *ECTL, "data", "generate", "{url}/data",
+        *generate_args(start, hours, lines, files, seed, options),
+        env={"ELASTICCTR_FILESERVER_TOKEN": fileserver_token(kube_cluster, release, namespace)},
+        timeout=600,
+    )  # fmt: skip
+
+
+def local_copy(out: Path, start: str, hours: int, lines: int, files: int, seed: int,
+               options: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """The same bytes as `upload_hours` wrote (same generator options and seed), locally."""
+    args = generate_args(start, hours, lines, files, seed, options)
+    subprocess.run(
+        [*ECTL, "data", "generate", f"file://{out}", *args],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return out
+
+
+def expected_samples(
+    roots: list[Path], sparse_dim: int, tmp_path: Path, slots: list[int] | None = None
+) -> int:
+    """Samples a job must train once each: every line of every hour under `roots` minus the
+    held-out ones (elasticctr.train.elastic.heldout_mask, the trainers' own rule).
+    `sparse_dim` must be the release's: it changes the hashed feasigns the held-out rule
+    reads (without it 10,745 were expected where the job rightly trained 10,808); so must
+    `slots` (default: the chart's 27)."""
+    from elasticctr.train import config
+    from elasticctr.train.elastic import _read, heldout_mask
+
+    values = tmp_path / "expected-values.yaml"
+    data = {"slots": slots or list(range(27)), "sparseDim": sparse_dim}
+    values.write_text(json.dumps({"global": {"data": data}}))
+    cfg = config.load(values)
+    total = 0
+    for root in roots:
+        for part in sorted(root.glob("*/*/part-*")):
+            for batch in _read(cfg, f"file://{part}"):
+                total += len(batch) - int(heldout_mask(batch).sum())
+    return total
+
+
+def status(kube_cluster, release: str, namespace: str) -> dict:
+    proc = run_ectl(
+        kube_cluster, namespace, "status", "-R", release, "-n", namespace, "-o", "json",
+        timeout=120,
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def exported(kube_cluster, release: str, namespace: str) -> set[str]:
+    coordinator = status(kube_cluster, release, namespace).get("coordinator") or {}
+    return {p["partition"] for p in coordinator.get("partitions", []) if p.get("exported")}
