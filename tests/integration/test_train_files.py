@@ -109,7 +109,7 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
         assert manifest["metrics"]["samples_per_sec_per_trainer"] > 0
         aucs.append(manifest["metrics"]["auc"])
     # Each export is a model that learned: above chance after the first hour (27k samples,
-    # ~105 async steps over 4 Hogwild threads: 0.51-0.71 in 6 runs at load 1-34, so only
+    # ~105 async steps over 4 Hogwild threads: 0.51-0.72 in 8 runs at load 1-34, so only
     # "not broken" is asserted), well above it after the second (0.73-0.76 in the same runs).
     assert aucs[0] > 0.5 and aucs[1] > 0.65, aucs
     progress = json.loads((tmp_path / "ckpt" / "ps" / "progress.json").read_text())
