@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import REPO
+from tests.e2e import releases
 from tests.e2e.conftest import wait_until
 
 from elasticctr.cli.status import component_name
@@ -51,28 +51,11 @@ SEED = 11
 
 
 def _env(kube_cluster) -> dict:
-    env = dict(os.environ, KUBECONFIG=str(kube_cluster.kubeconfig))
-    env["PATH"] = f"{REPO / '.tools' / 'bin'}:{env['PATH']}"
-    env.pop("ELASTICCTR_RELEASE", None)
-    env.pop("ELASTICCTR_NAMESPACE", None)
-    return env
+    return releases.kube_env(kube_cluster)
 
 
 def ectl(kube_cluster, *args: str, timeout: float = 300, env: dict | None = None, check=True):
-    proc = subprocess.run(
-        [*ECTL, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**_env(kube_cluster), **(env or {})},
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"ectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
-            f"{proc.stderr[-3000:]}\n{kube_cluster.diagnostics(NS)}",
-            pytrace=False,
-        )
-    return proc
+    return releases.run_ectl(kube_cluster, NS, *args, timeout=timeout, env=env, check=check)
 
 
 def helm(kube_cluster, *args: str, timeout: float = 300):
