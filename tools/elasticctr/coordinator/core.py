@@ -250,15 +250,11 @@ class Coordinator:
                 self._trainers.get(trainer, {}).setdefault("failures", []).append(reason[:500])
 
     def leave(self, trainer: str) -> int:
-        """A trainer leaves (preemption notice): re-queue its leases and release an export
-        it had claimed (the next chief gets it; `_expire` only sees trainers still known);
-        returns how many leases."""
+        """A trainer leaves (preemption notice): re-queue its leases and drop it as `_expire`
+        drops a silent one (releasing an export it had claimed); returns how many leases."""
         with self._lock:
             requeued = self._requeue_leases_of(trainer)
-            info = self._trainers.pop(trainer, None) or {}
-            pid = info.get("export_partition")
-            if pid is not None and self._partitions[pid].export_leased_to == trainer:
-                self._partitions[pid].export_leased_to = None
+            self._drop_trainer(trainer)
             return requeued
 
     def _requeue_leases_of(self, trainer: str) -> int:
@@ -299,10 +295,15 @@ class Coordinator:
         # chief) and release an export it had claimed.
         for name, info in list(self._trainers.items()):
             if now - info["last_seen"] > self.lease_seconds:
-                pid = info.get("export_partition")
-                if pid is not None and self._partitions[pid].export_leased_to == name:
-                    self._partitions[pid].export_leased_to = None
-                del self._trainers[name]
+                self._drop_trainer(name)
+
+    def _drop_trainer(self, name: str) -> None:
+        """Forget a trainer that is gone (so it cannot stay chief) and release an export it
+        had claimed: the next chief gets it on its next request."""
+        info = self._trainers.pop(name, None) or {}
+        pid = info.get("export_partition")
+        if pid is not None and self._partitions[pid].export_leased_to == name:
+            self._partitions[pid].export_leased_to = None
 
     def _active_window(self) -> list[str]:
         unfinished = [
