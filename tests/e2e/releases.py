@@ -1,5 +1,6 @@
 """Driving a release of the chart on the one-node cluster the way a user does, through
-`ectl` (tests/e2e/test_preemption.py; tests/e2e/test_release.py does the same steps inline).
+`ectl` (tests/e2e/test_preemption.py; tests/e2e/test_release.py uses its runner and
+environment and does the release steps inline).
 
 Data hours are generated with fixed options and a seed, so `local_copy` writes the same
 bytes as `upload_hours` uploaded; `expected_samples` counts what the job must train once

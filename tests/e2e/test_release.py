@@ -40,7 +40,7 @@ pytestmark = pytest.mark.timeout(1800)
 
 NS = "e2e-release"
 RELEASE = "ctr"
-ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
+ECTL = releases.ECTL
 HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03", "20200401/04"]
 # FIRST: trained and served; REST: after the upgrade and a trainer's deletion; LAST: in
 # flight when its pserver is deleted (endDateHour = LAST: the job then completes).
@@ -50,8 +50,7 @@ LINES = 3000  # per hour: the job trains an hour in seconds; enough for a held-o
 SEED = 11
 
 
-def _env(kube_cluster) -> dict:
-    return releases.kube_env(kube_cluster)
+_env = releases.kube_env
 
 
 def ectl(kube_cluster, *args: str, timeout: float = 300, env: dict | None = None, check=True):
