@@ -45,11 +45,14 @@ def random_keys(n: int, seed: int = 0) -> np.ndarray:
 class ShardProc:
     """One `ectl cube server` process; restartable on the same state dir."""
 
-    def __init__(self, cube_root: Path, state_dir: Path, shard: int, num_shards: int, keep=2):
+    def __init__(
+        self, cube_root: Path, state_dir: Path, shard: int, num_shards: int, keep=2, capacity_mib=0
+    ):
         self.args = [
             sys.executable, "-m", "elasticctr.cli.main", "cube", "server",
             "--cube-root", str(cube_root), "--state-dir", str(state_dir),
             "--shard", str(shard), "--num-shards", str(num_shards), "--keep", str(keep),
+            "--capacity-mib", str(capacity_mib),
         ]  # fmt: skip
         self.state_dir = state_dir
         self.log = state_dir.parent / f"shard-{shard}.log"

@@ -121,7 +121,9 @@ def test_metrics_are_prometheus_text_and_count_keys(cube):
     assert after["ectl_cube_keys_total"] - before["ectl_cube_keys_total"] == 3
     assert after["ectl_cube_missing_keys_total"] - before["ectl_cube_missing_keys_total"] >= 2
     assert after["ectl_cube_ready"] == 1
-    assert after[f'ectl_cube_version_loaded{{committed="true",version="{V1}"}}'] == 1
+    assert (
+        after[f'ectl_cube_version_loaded{{committed="true",table="default",version="{V1}"}}'] == 1
+    )
 
 
 def _raw(port: int, data: bytes) -> bytes:

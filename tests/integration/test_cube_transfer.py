@@ -123,7 +123,9 @@ def test_publish_newest_version_to_all_shards_and_notify(env):
     check_rows(env, V1, 2)
     state = json.loads((env["cube_root"] / "transfer.json").read_text())
     assert state["committed"] == V1 and state["notified"] == V1
-    assert Notified.received == [{"version": V1, "cube_shards": [p.url for p in env["procs"]]}]
+    assert Notified.received == [
+        {"version": V1, "scenario": "default", "cube_shards": [p.url for p in env["procs"]]}
+    ]
     # Nothing new: a second poll changes nothing.
     assert "no new version" in ectl("transfer", *env["transfer"], "--once").stdout
     status = json.loads(ectl("status", "--cube-root", str(env["cube_root"]), *env["urls"]).stdout)

@@ -85,8 +85,12 @@ def server(
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 in a pod)."),
     port: int = typer.Option(CUBE_PORT, help="Port to listen on."),
     keep: int = typer.Option(2, help="Versions held in memory (committed + previous ones)."),
+    capacity_mib: int = typer.Option(
+        0, help="MiB all tables (scenarios) together may hold on this shard; 0 = no cap."
+    ),
 ) -> None:
-    """Serve one shard: batch lookups (binary + JSON), health, metrics, hot version switch."""
+    """Serve one shard: batch lookups (binary + JSON), health, metrics, hot version switch.
+    One table per scenario of the platform (docs/platform.md)."""
     from elasticctr.cube.server import run_server
 
     _logging()
@@ -98,7 +102,15 @@ def server(
         host=host,
         port=port,
         keep=keep,
+        capacity_bytes=capacity_mib << 20,
     )
+
+
+_SCENARIOS_HELP = (
+    "Also publish every registered scenario ({store}/scenarios/NAME into table NAME): "
+    "kube:PLATFORM (ConfigMaps labelled elasticctr.io/platform=PLATFORM in this pod's "
+    "namespace) or a folder of NAME.json files (docs/platform.md)."
+)
 
 
 @cube_app.command("transfer")
@@ -111,14 +123,37 @@ def transfer(
     notify: list[str] = typer.Option(None, help="URL to POST {version} to after a commit."),
     once: bool = typer.Option(False, help="Poll once (publish the newest new version) and exit."),
     version: str | None = typer.Option(None, help="Publish exactly this version and exit."),
+    scenarios: str | None = typer.Option(None, help=_SCENARIOS_HELP),
+    scenario: str = typer.Option(
+        "default", help="With --once/--version: the scenario (table) to publish."
+    ),
 ) -> None:
     """Watch the model store; build, load on all shards, commit (two-phase), keep K versions."""
     import signal
 
-    from elasticctr.cube.transfer import Transfer
+    from elasticctr.cube.transfer import PlatformTransfer, Transfer
+    from elasticctr.scenarios import check_name, open_registry
 
     _logging()
+    if scenarios and not (version or once):
+        p = PlatformTransfer(
+            cube_root=cube_root,
+            shard_urls=_shard_urls(shard_url),
+            store=model_store,
+            registry=open_registry(scenarios),
+            keep=keep,
+            notify=notify,
+            echo=typer.echo,
+        )
+        stopping: list[int] = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+        try:
+            p.run(interval, stop=lambda: bool(stopping))
+        finally:
+            p.close()
+        return
     t = Transfer(
+        table=check_name(scenario),
         cube_root=cube_root,
         shard_urls=_shard_urls(shard_url),
         store=model_store,
@@ -148,11 +183,18 @@ def rollback(
     to: str = typer.Option(..., "--to", help="Retained version YYYYMMDD/HH to switch back to."),
     cube_root: Path = typer.Option(..., help="The cube root the transfer uses."),
     shard_url: list[str] = typer.Option(None, help=_SHARD_URL_HELP),
+    scenario: str = typer.Option("default", help="The scenario (table) to roll back."),
 ) -> None:
     """Switch every shard back to an earlier retained version (same two-phase switch)."""
     from elasticctr.cube.transfer import Transfer
+    from elasticctr.scenarios import check_name
 
-    t = Transfer(cube_root=cube_root, shard_urls=_shard_urls(shard_url), echo=typer.echo)
+    t = Transfer(
+        cube_root=cube_root,
+        shard_urls=_shard_urls(shard_url),
+        echo=typer.echo,
+        table=check_name(scenario),
+    )
     try:
         t.check_shards()
         t.rollback(to)

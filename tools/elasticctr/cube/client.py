@@ -18,6 +18,7 @@ from elasticctr.cube.format import shard_of
 from elasticctr.cube.protocol import (
     CONTENT_TYPE,
     LOOKUP_PATH,
+    TABLE_HEADER,
     VERSION_HEADER,
     LookupResult,
     decode_response,
@@ -25,6 +26,7 @@ from elasticctr.cube.protocol import (
 )
 from elasticctr.errors import EctlError
 from elasticctr.httpd import error_message
+from elasticctr.scenarios import DEFAULT
 
 
 class ShardError(EctlError):
@@ -58,19 +60,44 @@ class ShardClient:
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/v1/status").json()
 
-    def load(self, version: str) -> dict[str, Any]:
-        return self._call("POST", "/admin/load", json={"version": version}).json()
+    @staticmethod
+    def _body(version: str | None, table: str | None, **extra) -> dict[str, Any]:
+        body: dict[str, Any] = {} if version is None else {"version": version}
+        if table and table != DEFAULT:
+            body["table"] = table
+        body.update({k: v for k, v in extra.items() if v is not None})
+        return body
 
-    def commit(self, version: str) -> dict[str, Any]:
-        return self._call("POST", "/admin/commit", json={"version": version}).json()
+    def table_status(self, table: str | None = None) -> dict[str, Any]:
+        """The status of one table (the default one when None); {} when not held."""
+        st = self.status()
+        if not table or table == DEFAULT:
+            return st
+        return st.get("tables", {}).get(table, {})
 
-    def unload(self, version: str) -> dict[str, Any]:
-        return self._call("POST", "/admin/unload", json={"version": version}).json()
+    def load(
+        self, version: str, table: str | None = None, budget_bytes: int | None = None
+    ) -> dict[str, Any]:
+        body = self._body(version, table, budget_bytes=budget_bytes)
+        return self._call("POST", "/admin/load", json=body).json()
 
-    def lookup(self, keys: np.ndarray, version: str | None = None) -> LookupResult:
+    def commit(self, version: str, table: str | None = None) -> dict[str, Any]:
+        return self._call("POST", "/admin/commit", json=self._body(version, table)).json()
+
+    def unload(self, version: str, table: str | None = None) -> dict[str, Any]:
+        return self._call("POST", "/admin/unload", json=self._body(version, table)).json()
+
+    def drop(self, table: str) -> dict[str, Any]:
+        return self._call("POST", "/admin/drop", json=self._body(None, table)).json()
+
+    def lookup(
+        self, keys: np.ndarray, version: str | None = None, table: str | None = None
+    ) -> LookupResult:
         headers = {"Content-Type": CONTENT_TYPE}
         if version:
             headers[VERSION_HEADER] = version
+        if table and table != DEFAULT:
+            headers[TABLE_HEADER] = table
         resp = self._call("POST", LOOKUP_PATH, content=encode_keys(keys), headers=headers)
         return decode_response(resp.content)
 
@@ -93,12 +120,14 @@ class CubeClient:
         """fn(shard_client) on every shard in parallel; results in shard order."""
         return list(self._pool.map(fn, self.shards))
 
-    def lookup(self, keys: np.ndarray, version: str) -> tuple[np.ndarray, int]:
-        """Rows of `keys` from `version` on every shard; (rows [n, dim], missing)."""
+    def lookup(
+        self, keys: np.ndarray, version: str, table: str | None = None
+    ) -> tuple[np.ndarray, int]:
+        """Rows of `keys` from `version` (of `table`) on every shard; (rows [n, dim], missing)."""
         keys = np.asarray(keys, dtype=np.uint64)
         owner = shard_of(keys, len(self.shards))
         groups = [np.flatnonzero(owner == i) for i in range(len(self.shards))]
-        results = self.each(lambda s: s.lookup(keys[groups[self.shards.index(s)]], version))
+        results = self.each(lambda s: s.lookup(keys[groups[self.shards.index(s)]], version, table))
         dims = {r.rows.shape[1] for r in results}
         if (
             len({r.version for r in results}) != 1

@@ -271,6 +271,11 @@ class ShardFile:
     def count(self) -> int:
         return self.header.count
 
+    @property
+    def nbytes(self) -> int:
+        """Size of the mapped file (what the shard holds in memory for this version)."""
+        return self.header.file_bytes
+
     def find(self, query: np.ndarray) -> np.ndarray:
         """Row number of each query key, or -1 where the key is absent (int64 array)."""
         q = np.asarray(query, dtype=np.uint64)

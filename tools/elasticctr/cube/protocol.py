@@ -2,7 +2,8 @@
 
 Request:  `POST /v1/lookup`, `Content-Type: application/octet-stream`, body = the keys
           as little-endian uint64; optional `X-Cube-Version: YYYYMMDD/HH` pins the version
-          (409 if the shard does not hold it).
+          (409 if the shard does not hold it); optional `X-Cube-Table: <scenario>` picks
+          the scenario's table (404 if the shard holds none; absent = the default table).
 Response: 200, body = 32-byte header + float32 rows [count, dim] (little-endian)
 
     header  "<4sIIII12s": magic b"CUB1", dim, count, missing, shard, version (ASCII, NUL-padded)
@@ -24,6 +25,7 @@ RESPONSE_HEADER = struct.Struct("<4sIIII12s")
 LOOKUP_PATH = "/v1/lookup"
 LOOKUP_JSON_PATH = "/v1/lookup.json"
 VERSION_HEADER = "X-Cube-Version"
+TABLE_HEADER = "X-Cube-Table"
 CONTENT_TYPE = "application/octet-stream"
 
 assert RESPONSE_HEADER.size == 32

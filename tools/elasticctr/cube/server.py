@@ -9,6 +9,10 @@ overhead would dominate (docs/cube.md, bench/http/compare.py). Routes:
     POST /admin/load       {"version"}: verify sha256, mmap, stage
     POST /admin/commit     {"version"}: atomic swap, persisted to the state dir
     POST /admin/unload     {"version"}: drop a non-committed version
+    POST /admin/drop       {"table"}: forget a scenario's table (the scenario was removed)
+
+A shard holds one table per scenario (shard.Tables): `X-Cube-Table: <scenario>` on a
+lookup (`"table"` in JSON bodies, admin ones included) picks it; none = the default table.
 
 Errors are the layer's `{"error": {"code", "message"}}` (docs/http.md). Admin routes need
 `Authorization: Bearer $ELASTICCTR_CUBE_ADMIN_TOKEN` when that variable is set.
@@ -32,14 +36,23 @@ import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from elasticctr import scenarios
 from elasticctr.constants import ENV_CUBE_ADMIN_TOKEN as ENV_ADMIN_TOKEN
 from elasticctr.cube.protocol import (
     CONTENT_TYPE,
     LOOKUP_JSON_PATH,
     LOOKUP_PATH,
+    TABLE_HEADER,
     encode_response,
 )
-from elasticctr.cube.shard import ShardState, VersionNotLoaded, VersionRejected
+from elasticctr.cube.shard import (
+    NoRoom,
+    ShardState,
+    TableNotFound,
+    Tables,
+    VersionNotLoaded,
+    VersionRejected,
+)
 from elasticctr.errors import EctlError
 from elasticctr.httpd import (
     INTERNAL_MESSAGE,
@@ -56,6 +69,7 @@ from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.server")
 
+_TABLE_KEY = TABLE_HEADER.lower()  # elasticctr.httpd lower-cases header names
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_JSON_KEYS = 100_000
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
@@ -92,7 +106,7 @@ class CubeCollector:
         self.app = app
 
     def collect(self):
-        m, state = self.app.metrics, self.app.state
+        m, tables = self.app.metrics, self.app.tables
         req = CounterMetricFamily(
             "ectl_cube_requests",
             "HTTP requests by route and status code.",
@@ -118,31 +132,47 @@ class CubeCollector:
         )
         loaded = GaugeMetricFamily(
             "ectl_cube_version_loaded",
-            "Versions held by this shard (1 = committed).",
-            labels=["version", "committed"],
+            "Versions held by this shard per table (1 = committed).",
+            labels=["table", "version", "committed"],
         )
-        committed = state.committed.version if state.committed else None
-        for v in sorted(state.versions):
-            loaded.add_metric([v, "true" if v == committed else "false"], 1)
-        yield loaded
-        yield GaugeMetricFamily(
+        keys = GaugeMetricFamily(
             "ectl_cube_version_keys",
-            "Keys in this shard of the committed version.",
-            value=state.committed.count if state.committed else 0,
+            "Keys in this shard of the table's committed version.",
+            labels=["table"],
+        )
+        held = GaugeMetricFamily(
+            "ectl_cube_table_bytes", "Bytes of every version a table holds.", labels=["table"]
+        )
+        all_tables = tables.all()
+        for state in all_tables:
+            committed = state.committed.version if state.committed else None
+            for v in sorted(state.versions):
+                loaded.add_metric([state.table, v, "true" if v == committed else "false"], 1)
+            keys.add_metric([state.table], state.committed.count if state.committed else 0)
+            held.add_metric([state.table], state.held_bytes)
+        yield loaded
+        yield keys
+        yield held
+        yield GaugeMetricFamily(
+            "ectl_cube_capacity_bytes",
+            "What all tables together may hold (0 = unbounded).",
+            value=tables.capacity_bytes,
         )
         yield GaugeMetricFamily(
             "ectl_cube_ready",
-            "1 when a version is committed and serving.",
-            value=int(bool(committed)),
+            "1 when the default table has a version committed and serving.",
+            value=int(tables.default.committed is not None),
         )
         loads = CounterMetricFamily(
             "ectl_cube_loads", "Version loads by result.", labels=["result"]
         )
-        loads.add_metric(["ok"], state.loads_ok)
-        loads.add_metric(["rejected"], state.loads_rejected)
+        loads.add_metric(["ok"], sum(s.loads_ok for s in all_tables))
+        loads.add_metric(["rejected"], sum(s.loads_rejected for s in all_tables))
         yield loads
         yield CounterMetricFamily(
-            "ectl_cube_commits", "Version commits (switches).", value=state.commits
+            "ectl_cube_commits",
+            "Version commits (switches).",
+            value=sum(s.commits for s in all_tables),
         )
         yield from stats_metrics("ectl_cube", self.app.http_stats)
 
@@ -150,8 +180,15 @@ class CubeCollector:
 class CubeApp:
     """Routing and handlers; transport-independent (elasticctr.httpd feeds it Requests)."""
 
-    def __init__(self, state: ShardState, admin_token: str | None = None):
-        self.state = state
+    def __init__(self, tables: Tables | ShardState, admin_token: str | None = None):
+        if isinstance(tables, ShardState):  # one table (tests, tools): wrap it
+            one = Tables(
+                tables.cube_root, tables.state_dir, tables.shard, tables.num_shards, tables.keep
+            )
+            one.default = tables
+            tables = one
+        self.tables = tables
+        self.state = tables.default
         self.metrics = Metrics()
         self.admin_token = admin_token
         self.http_stats = HttpStats()  # replaced by the server's when serving
@@ -164,12 +201,13 @@ class CubeApp:
             ("GET", "/healthz"): lambda r: Response(200, b"ok\n", "text/plain"),
             ("GET", "/readyz"): self.readyz,
             ("GET", "/metrics"): self.prometheus,
-            ("GET", "/v1/status"): lambda r: json_response(200, self.state.status()),
+            ("GET", "/v1/status"): lambda r: json_response(200, self.tables.status()),
         }
         self._async: dict[tuple[str, str], Callable[[Request], Awaitable[Response]]] = {
             ("POST", "/admin/load"): self.admin_load,
             ("POST", "/admin/commit"): self.admin_commit,
             ("POST", "/admin/unload"): self.admin_unload,
+            ("POST", "/admin/drop"): self.admin_drop,
         }
         self._paths = {p for _, p in (*self._sync, *self._async)}
 
@@ -228,9 +266,15 @@ class CubeApp:
                 raise HttpError(400, "bad_version", str(exc)) from exc
         return version or None
 
-    def _pick(self, version: str | None):
+    def _table(self, name: str | None) -> ShardState:
         try:
-            return self.state.pick(version)
+            return self.tables.get(name)
+        except TableNotFound as exc:
+            raise HttpError(404, "no_table", str(exc)) from exc
+
+    def _pick(self, state: ShardState, version: str | None):
+        try:
+            return state.pick(version)
         except VersionNotLoaded as exc:
             status = 409 if version else 503
             raise HttpError(
@@ -245,10 +289,11 @@ class CubeApp:
                 "bad_keys",
                 f"body of {len(req.body)} bytes is not a whole number of uint64 keys",
             )
-        lv = self._pick(self._pinned(req))  # read once: the whole answer comes from lv
+        state = self._table(req.headers.get(_TABLE_KEY))
+        lv = self._pick(state, self._pinned(req))  # read once: the whole answer comes from lv
         keys = np.frombuffer(req.body, dtype="<u8")
         rows, missing = lv.shard.lookup(keys)
-        body = encode_response(rows, missing, self.state.shard, lv.version)
+        body = encode_response(rows, missing, state.shard, lv.version)
         self.metrics.observe_lookup(time.perf_counter() - t0, keys.size, missing)
         return Response(
             200,
@@ -283,7 +328,10 @@ class CubeApp:
         version = obj.get("version")
         if version is not None and not isinstance(version, str):
             raise HttpError(400, "bad_version", "version must be a string YYYYMMDD/HH")
-        lv = self._pick(self._pinned(req, version))
+        table = obj.get("table") or req.headers.get(_TABLE_KEY)
+        if table is not None and not isinstance(table, str):
+            raise HttpError(400, "bad_table", "table must be a string (a scenario name)")
+        lv = self._pick(self._table(table), self._pinned(req, version))
         rows, missing = lv.shard.lookup(keys)
         found = lv.shard.find(keys) >= 0 if missing else None
         self.metrics.observe_lookup(time.perf_counter() - t0, keys.size, missing)
@@ -317,45 +365,72 @@ class CubeApp:
         return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
 
     # --- admin --------------------------------------------------------------------------
-    def _admin_version(self, req: Request) -> str:
+    def _admin_body(self, req: Request, *, version: bool = True) -> tuple[str, str | None, dict]:
+        """(version, table, body) of an admin request; the table is checked as a name."""
         obj = _parse_json(req.body)
-        if not isinstance(obj, dict) or not isinstance(obj.get("version"), str):
+        if not isinstance(obj, dict) or (version and not isinstance(obj.get("version"), str)):
             raise HttpError(400, "bad_json", 'expected a JSON object {"version": "YYYYMMDD/HH"}')
+        table = obj.get("table")
+        if table is not None:
+            try:
+                scenarios.check_name(table, field_name="table")
+            except EctlError as exc:
+                raise HttpError(400, "bad_table", str(exc)) from exc
+        if not version:
+            return "", table, obj
         try:
-            return check_version_id(obj["version"])
+            return check_version_id(obj["version"]), table, obj
         except EctlError as exc:
             raise HttpError(400, "bad_version", str(exc)) from exc
 
     async def admin_load(self, req: Request) -> Response:
-        version = self._admin_version(req)
+        version, table, obj = self._admin_body(req)
+        budget = obj.get("budget_bytes")
+        if budget is not None and (not isinstance(budget, int) or budget < 1):
+            raise HttpError(400, "bad_budget", "budget_bytes must be a positive integer")
         async with self._admin_lock:
             loop = asyncio.get_running_loop()
             try:
                 # sha256 + mmap off the event loop: lookups keep flowing during a load.
-                lv = await loop.run_in_executor(None, self.state.load, version)
+                lv = await loop.run_in_executor(None, self.tables.load, table, version, budget)
+            except NoRoom as exc:
+                return Response.error(507, "no_room", f"version {version} refused: {exc}")
             except VersionRejected as exc:
                 return Response.error(422, "version_rejected", f"version {version} rejected: {exc}")
         return json_response(
-            200, {"loaded": version, "keys": lv.count, "dim": lv.dim, "sha256": lv.sha256}
-        )
+            200,
+            {"loaded": version, "table": table or scenarios.DEFAULT, "keys": lv.count,
+             "dim": lv.dim, "sha256": lv.sha256, "bytes": lv.nbytes},
+        )  # fmt: skip
 
     async def admin_commit(self, req: Request) -> Response:
-        version = self._admin_version(req)
+        version, table, _ = self._admin_body(req)
         async with self._admin_lock:
             try:
-                self.state.commit(version)
-            except VersionNotLoaded as exc:
+                state = self.tables.get(table)
+                state.commit(version)
+            except (VersionNotLoaded, TableNotFound) as exc:
                 return Response.error(409, "version_not_loaded", str(exc))
-        return json_response(200, {"committed": version, "shard": self.state.shard})
+        return json_response(
+            200, {"committed": version, "table": state.table, "shard": state.shard}
+        )
 
     async def admin_unload(self, req: Request) -> Response:
-        version = self._admin_version(req)
+        version, table, _ = self._admin_body(req)
         async with self._admin_lock:
             try:
-                self.state.unload(version)
-            except VersionNotLoaded as exc:
+                self.tables.get(table).unload(version)
+            except (VersionNotLoaded, TableNotFound) as exc:
                 return Response.error(409, "version_not_loaded", str(exc))
-        return json_response(200, {"unloaded": version})
+        return json_response(200, {"unloaded": version, "table": table or scenarios.DEFAULT})
+
+    async def admin_drop(self, req: Request) -> Response:
+        _, table, _ = self._admin_body(req, version=False)
+        if not table or table == scenarios.DEFAULT:
+            raise HttpError(400, "bad_table", 'expected {"table": "<scenario>"}, not the default')
+        async with self._admin_lock:
+            dropped = self.tables.drop(table)
+        return json_response(200, {"dropped": table, "held": dropped})
 
 
 def _parse_json(body: bytes):
@@ -374,7 +449,7 @@ async def serve(app: CubeApp, host: str, port: int, ready: Callable[[], None] | 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "cube shard %d/%d listening on %s:%d", app.state.shard, app.state.num_shards, host, port
+        "cube shard %d/%d listening on %s:%d", app.tables.shard, app.tables.num_shards, host, port
     )
     if ready:
         ready()
@@ -394,14 +469,15 @@ def run_server(
     host: str,
     port: int,
     keep: int = 2,
+    capacity_bytes: int = 0,
 ) -> None:
-    """Restore the committed version, then serve until SIGTERM/SIGINT."""
-    state = ShardState(cube_root, state_dir, shard, num_shards, keep)
-    state.restore()
+    """Restore every table's committed version, then serve until SIGTERM/SIGINT."""
+    tables = Tables(cube_root, state_dir, shard, num_shards, keep, capacity_bytes)
+    tables.restore()
     app_token = os.environ.get(ENV_ADMIN_TOKEN) or None
 
     async def main():
-        await serve(CubeApp(state, app_token), host, port)
+        await serve(CubeApp(tables, app_token), host, port)
 
     try:
         import uvloop  # optional: a faster event loop when installed

@@ -14,6 +14,12 @@
 
 `rollback(V)` runs the same two phases for an earlier version still retained.
 Everything is guarded by a file lock so a rollback command and the watcher do not race.
+
+One `Transfer` serves one scenario's table (elasticctr.scenarios): the default one reads
+the store root and builds into the cube root; scenario S reads `{store}/scenarios/S` and
+builds into `{cube_root}/scenarios/S`. `PlatformTransfer` runs one per registered
+scenario in one process, each isolated from the others' failures, and drops the tables
+of scenarios that are no longer registered.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from elasticctr import scenarios
 from elasticctr.cube.builder import build_version, built_versions, remove_version
 from elasticctr.cube.client import CubeClient, ShardError
 from elasticctr.cube.modelstore import fetch_version, list_versions
@@ -64,20 +71,31 @@ class Transfer:
         notify: list[str] | None = None,
         timeout: float = 120.0,
         echo: Callable[[str], None] | None = None,
+        table: str = scenarios.DEFAULT,
+        budget_bytes: int | None = None,
+        cube: CubeClient | None = None,
     ):
+        """`cube_root` and `store` are the platform's; `table` picks the scenario (its own
+        folder of both). `cube`: a client shared by several transfers (not closed here)."""
         if keep < 1:
             raise EctlError(f"--keep must be >= 1, got {keep}")
-        self.cube_root = Path(cube_root)
+        self.table = table
+        self.cube_root = scenarios.subdir(cube_root, table)
         self.cube_root.mkdir(parents=True, exist_ok=True)
-        self.store = store
+        self.store = scenarios.store_url(store, table) if store else None
         self.keep = keep
+        self.budget_bytes = budget_bytes
         self.notify_urls = list(notify or [])
-        self.cube = CubeClient(shard_urls, timeout=timeout)
-        self.num_shards = len(shard_urls)
-        self.echo = echo or (lambda msg: log.info(msg))
+        self._own_cube = cube is None
+        self.cube = cube or CubeClient(shard_urls, timeout=timeout)
+        self.num_shards = len(self.cube.shards)
+        prefix = "" if table == scenarios.DEFAULT else f"[{table}] "
+        say = echo or (lambda msg: log.info(msg))
+        self.echo = lambda msg: say(prefix + msg)
 
     def close(self) -> None:
-        self.cube.close()
+        if self._own_cube:
+            self.cube.close()
 
     # --- state --------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -123,7 +141,7 @@ class Transfer:
 
         def load(s):
             try:
-                s.load(version)
+                s.load(version, self.table, self.budget_bytes)
                 return None
             except ShardError as exc:
                 return str(exc)
@@ -135,7 +153,7 @@ class Transfer:
             for i, s in enumerate(self.cube.shards):
                 if i not in errors:
                     try:
-                        s.unload(version)
+                        s.unload(version, self.table)
                     except ShardError:
                         pass  # that shard will evict it on its next commit anyway
             detail = "; ".join(f"shard {i}: {e}" for i, e in sorted(errors.items()))
@@ -151,13 +169,13 @@ class Transfer:
     def _commit_all(self, version: str) -> list[int]:
         def commit(s):
             try:
-                s.commit(version)
+                s.commit(version, self.table)
                 return True
             except ShardError as exc:
                 if exc.status == 409:  # restarted between phases: load again, then commit
                     try:
-                        s.load(version)
-                        s.commit(version)
+                        s.load(version, self.table, self.budget_bytes)
+                        s.commit(version, self.table)
                         return True
                     except ShardError:
                         return False
@@ -173,9 +191,9 @@ class Transfer:
         fixed = []
         for i, s in enumerate(self.cube.shards):
             try:
-                if s.status().get("committed") != committed:
-                    s.load(committed)
-                    s.commit(committed)
+                if s.table_status(self.table).get("committed") != committed:
+                    s.load(committed, self.table, self.budget_bytes)
+                    s.commit(committed, self.table)
                     fixed.append(i)
             except ShardError as exc:
                 log.warning("reconcile shard %d: %s", i, exc)
@@ -184,7 +202,11 @@ class Transfer:
         return fixed
 
     def _notify(self, version: str, state: dict[str, Any]) -> None:
-        payload = {"version": version, "cube_shards": [s.url for s in self.cube.shards]}
+        payload = {
+            "version": version,
+            "scenario": self.table,
+            "cube_shards": [s.url for s in self.cube.shards],
+        }
         for url in self.notify_urls:
             try:
                 httpx.post(url, json=payload, timeout=30).raise_for_status()
@@ -283,4 +305,168 @@ class Transfer:
                 self.poll_once()
             except EctlError as exc:
                 self.echo(f"poll failed: {exc}")
+            time.sleep(interval)
+
+
+class PlatformTransfer:
+    """cube-transfer of a platform: the default scenario and every registered one.
+
+    Each poll reads the registry (a failed read changes nothing), starts a `Transfer` for
+    each new scenario, drops the tables (on every shard) and builds of scenarios no longer
+    registered, then polls every scenario on its own: one scenario's broken version,
+    unreadable store prefix or full budget is recorded in `errors` and never stops the
+    others.
+    """
+
+    def __init__(
+        self,
+        *,
+        cube_root: Path,
+        shard_urls: list[str],
+        store: str,
+        registry: scenarios.Registry,
+        keep: int = 3,
+        notify: list[str] | None = None,
+        timeout: float = 120.0,
+        echo: Callable[[str], None] | None = None,
+    ):
+        self.cube_root = Path(cube_root)
+        self.store = store
+        self.registry = registry
+        self.keep = keep
+        self.notify = list(notify or [])
+        self.echo = echo or (lambda msg: log.info(msg))
+        self.cube = CubeClient(shard_urls, timeout=timeout)
+        self.num_shards = len(shard_urls)
+        self.transfers: dict[str, Transfer] = {}
+        self.registered: dict[str, scenarios.Scenario] = {}
+        self.errors: dict[str, str] = {}
+        self._add(scenarios.DEFAULT, None)
+
+    def close(self) -> None:
+        self.cube.close()
+
+    def _add(self, name: str, budget: int | None) -> Transfer:
+        t = Transfer(
+            cube_root=self.cube_root,
+            shard_urls=[],
+            store=self.store,
+            keep=self.keep,
+            notify=self.notify,
+            echo=self.echo,
+            table=name,
+            budget_bytes=budget,
+            cube=self.cube,
+        )
+        self.transfers[name] = t
+        return t
+
+    def check_shards(self) -> None:
+        self.transfers[scenarios.DEFAULT].check_shards()
+
+    def sync(self) -> bool:
+        """Follow the registry; False when it could not be read (nothing changed)."""
+        try:
+            found = self.registry.list()
+        except EctlError as exc:
+            self.errors["registry"] = describe(exc)
+            self.echo(f"scenario registry unreadable, keeping {sorted(self.registered)}: {exc}")
+            return False
+        self.errors.pop("registry", None)
+        for name, sc in found.items():
+            if name == scenarios.DEFAULT:
+                continue
+            t = self.transfers.get(name) or self._add(name, sc.cube_memory_bytes)
+            if name not in self.registered:
+                self.echo(
+                    f"scenario {name} registered (cube budget {sc.cube_memory_mib} MiB/shard)"
+                )
+            t.budget_bytes = sc.cube_memory_bytes
+        for name in [n for n in self.transfers if n != scenarios.DEFAULT and n not in found]:
+            self.transfers.pop(name).close()
+            self.errors.pop(name, None)
+            self.echo(f"scenario {name} removed from the registry: dropping its tables")
+        self.registered = {n: sc for n, sc in found.items() if n != scenarios.DEFAULT}
+        self.prune()
+        return True
+
+    def prune(self) -> list[str]:
+        """Drop, on every shard, tables of scenarios not registered, and their builds.
+        Repeated every poll: a shard that was down (or restored a dropped table from its
+        state dir) is cleaned when it is back."""
+        dropped: set[str] = set()
+        for s in self.cube.shards:
+            try:
+                held = set(s.status().get("tables", {}))
+            except ShardError as exc:
+                log.warning("prune: %s", exc)
+                continue
+            for name in sorted(held - set(self.registered) - {scenarios.DEFAULT}):
+                try:
+                    s.drop(name)
+                    dropped.add(name)
+                except ShardError as exc:
+                    log.warning("prune %s: %s", name, exc)
+        root = self.cube_root / scenarios.SCENARIOS_DIR
+        for path in sorted(root.iterdir()) if root.is_dir() else []:
+            if path.is_dir() and path.name not in self.registered:
+                import shutil
+
+                shutil.rmtree(path, ignore_errors=True)
+                dropped.add(path.name)
+        if dropped:
+            self.echo(f"dropped tables and builds of removed scenarios: {sorted(dropped)}")
+            for name in sorted(dropped):
+                self._notify_removed(name)
+        return sorted(dropped)
+
+    def _notify_removed(self, name: str) -> None:
+        for url in self.notify:
+            try:
+                httpx.post(url, json={"scenario": name, "removed": True}, timeout=30)
+            except httpx.HTTPError as exc:
+                self.echo(f"notify {url} of removed scenario {name} failed: {exc}")
+
+    def poll_once(self) -> dict[str, str | None]:
+        """One round: registry, then every scenario; returns scenario -> version published."""
+        self.sync()
+        published: dict[str, str | None] = {}
+        for name, t in list(self.transfers.items()):
+            try:
+                published[name] = t.poll_once(raise_errors=True)
+                if published[name]:  # an error stays visible until a version succeeds
+                    self.errors.pop(name, None)
+            except EctlError as exc:
+                self.errors[name] = describe(exc)
+                published[name] = None
+            except Exception as exc:  # noqa: BLE001 - isolation: one scenario's bug
+                log.exception("scenario %s: poll failed", name)
+                self.errors[name] = f"{type(exc).__name__}: {exc}"
+                published[name] = None
+        return published
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"registry": self.registry.describe(), "scenarios": {}}
+        for name, t in sorted(self.transfers.items()):
+            try:
+                st = t.state()
+            except EctlError as exc:
+                st = {"error": str(exc)}
+            st["error"] = self.errors.get(name)
+            st["budget_bytes"] = t.budget_bytes
+            out["scenarios"][name] = st
+        if "registry" in self.errors:
+            out["registry_error"] = self.errors["registry"]
+        return out
+
+    def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
+        while not stop():
+            try:
+                self.check_shards()
+                break
+            except ShardError as exc:
+                self.echo(f"waiting for shards: {exc}")
+                time.sleep(interval)
+        while not stop():
+            self.poll_once()
             time.sleep(interval)
