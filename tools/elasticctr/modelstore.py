@@ -134,6 +134,13 @@ class ModelStore:
                     found.append(vid)
         return found
 
+    def list_scenarios(self) -> list[str]:
+        """Scenarios with a folder under this (platform) store's `scenarios/`, sorted."""
+        from elasticctr import scenarios
+
+        names = self._names(self.url_of(scenarios.SCENARIOS_DIR))
+        return sorted(n for n in names if n != scenarios.DEFAULT and _is_scenario(n))
+
     def latest_version(self) -> str | None:
         """Newest complete version, or None when the store has none (errors raise)."""
         found = self.list_versions()
@@ -230,6 +237,16 @@ class ModelStore:
             rel = path.relative_to(local_dir).as_posix()
             storage.put_file(path, storage.join(target, rel), self.hdfs_ugi, token=self.token or "")
         return target
+
+
+def _is_scenario(name: str) -> bool:
+    from elasticctr import scenarios
+
+    try:
+        scenarios.check_name(name)
+    except EctlError:
+        return False
+    return True
 
 
 def open_store(

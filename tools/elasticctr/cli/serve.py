@@ -75,6 +75,15 @@ def serve(
     mlflow_model_name: str | None = typer.Option(
         None, help="Also register those models under this name in the MLflow registry."
     ),
+    scenarios: bool = typer.Option(
+        False,
+        "--scenarios",
+        help=(
+            "Serve every scenario of the platform at /v1/scenarios/NAME/predict (found as "
+            "cube tables, or as folders of the store's scenarios/ without cube), beside the "
+            "default one at /v1/predict (docs/platform.md)."
+        ),
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning, error."),
 ) -> None:
     """Run the prediction API: cube lookups + dense model, dynamic batching.
@@ -109,6 +118,7 @@ def serve(
         mlflow_tracking_uri=mlflow_tracking_uri,
         mlflow_model_name=mlflow_model_name,
         limits=Limits(max_request_samples, max_body_bytes, max_request_features),
+        scenarios=scenarios,
     )
     if cfg.version:
         from elasticctr.versions import check_version_id

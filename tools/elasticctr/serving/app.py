@@ -12,6 +12,12 @@ dense model of V, verified by sha256, and only then replaces `current` in one
 assignment. A batch holds its version object from decode to response, so a request is
 served entirely by one version; if cube no longer holds it, the request is decoded and
 run again on the new version (once), never mixed.
+
+Scenarios (docs/platform.md): one `VersionManager` per scenario of the platform, each
+with its own store prefix, cube table, MLflow names and current version, found by
+`ScenarioSet.discover` (the tables cube holds, or the store's scenario folders without
+cube). `/v1/predict` is the default scenario's; `/v1/scenarios/{name}/predict` another's.
+One scenario's broken version or missing table never changes another's answers.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from elasticctr import scenarios
 from elasticctr.constants import (
     SERVING_MAX_BATCH_SAMPLES,
     SERVING_MAX_QUEUE_SAMPLES,
@@ -41,7 +48,9 @@ from elasticctr.serving.embeddings import (
     CubeEmbeddings,
     CubeUnavailable,
     LocalEmbeddings,
+    TableEmbeddings,
     VersionUnavailable,
+    committed_of,
 )
 from elasticctr.serving.model import (
     DENSE_DIR,
@@ -82,6 +91,7 @@ class ServeConfig:
     mlflow_tracking_uri: str | None = None  # log each version served as a pyfunc model
     mlflow_model_name: str | None = None  # ... and register it under this name
     limits: Limits = field(default_factory=Limits)
+    scenarios: bool = False  # serve every scenario of the platform, not only the default
 
 
 class ServingVersion:
@@ -122,8 +132,8 @@ class Metrics:
             "ectl_serving_version_switches", "Version switches by result.", ["result"], registry=r
         )
         self.version = Gauge(
-            "ectl_serving_version_info", "The version being served (value 1).", ["version"],
-            registry=r,
+            "ectl_serving_version_info", "The version being served (value 1) per scenario.",
+            ["scenario", "version"], registry=r,
         )  # fmt: skip
         self.retries = Counter(
             "ectl_serving_version_retries", "Requests re-run because cube dropped their version.",
@@ -246,13 +256,26 @@ class Batcher:
 
 
 class VersionManager:
-    """Holds the current version; loads and verifies a new one before flipping to it."""
+    """Holds one scenario's current version; loads and verifies a new one before flipping."""
 
-    def __init__(self, cfg: ServeConfig, metrics: Metrics):
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        metrics: Metrics,
+        scenario: str = scenarios.DEFAULT,
+        cube: CubeEmbeddings | None = None,
+    ):
         self.cfg = cfg
         self.metrics = metrics
+        self.scenario = scenario
+        self.store = scenarios.store_url(cfg.store, scenario)
+        self.cache = scenarios.subdir(cfg.cache, scenario)
         self.current: ServingVersion | None = None
-        self.cube = CubeEmbeddings(cfg.cube, cfg.cube_timeout) if cfg.cube else None
+        if cfg.cube:
+            cube = cube or CubeEmbeddings(cfg.cube, cfg.cube_timeout)
+            self.cube: TableEmbeddings | None = TableEmbeddings(cube, scenario)
+        else:
+            self.cube = None
         self.lock = asyncio.Lock()
         self.last_error: str | None = None
         self.failed: dict[str, float] = {}  # version -> when it failed (poller backoff)
@@ -286,10 +309,12 @@ class VersionManager:
         if self._alias_pool is None:
             self._alias_pool = ThreadPoolExecutor(1, thread_name_prefix="mlflow-alias")
         loop = asyncio.get_running_loop()
+        name = scenarios.registered_model_name(self.scenario, mlflowreg.registered_model_name())
         try:
             number = await loop.run_in_executor(
-                self._alias_pool, mlflowreg.set_serving_alias, self.cfg.mlflow_tracking_uri,
-                version,
+                self._alias_pool, lambda: mlflowreg.set_serving_alias(
+                    self.cfg.mlflow_tracking_uri, version, name=name,
+                ),
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the registry is extra; serving goes on
             log.warning("MLflow alias not moved to %s: %s", version, exc)
@@ -301,13 +326,13 @@ class VersionManager:
         self.alias = version
         log.info(
             "MLflow: alias %r of %s -> registered version %s (%s)",
-            mlflowreg.SERVING_ALIAS, mlflowreg.registered_model_name(), number, version,
+            mlflowreg.SERVING_ALIAS, name, number, version,
         )  # fmt: skip
 
     def _load(self, version: str) -> ServingVersion:
         """Blocking: fetch + verify + build the predictor (runs in a worker thread)."""
         dense_only = self.cube is not None
-        vdir = store.fetch(self.cfg.store, version, self.cfg.cache, dense_only=dense_only)
+        vdir = store.fetch(self.store, version, self.cache, dense_only=dense_only)
         info = VersionInfo.from_manifest(read_manifest(vdir), version)
         dense = DenseModel(vdir / DENSE_DIR, len(info.slots), info.dim)
         if self.cube is not None:
@@ -325,7 +350,9 @@ class VersionManager:
         loop = asyncio.new_event_loop()
         probe = CubeEmbeddings(self.cfg.cube, self.cfg.cube_timeout)
         try:
-            loop.run_until_complete(probe.lookup(np.zeros(1, np.uint64), sv.version, sv.info.dim))
+            loop.run_until_complete(
+                probe.lookup(np.zeros(1, np.uint64), sv.version, sv.info.dim, self.scenario)
+            )
         finally:
             probe.close()
             loop.close()
@@ -343,15 +370,16 @@ class VersionManager:
                 self.metrics.switches.labels("failed").inc()
                 self.failed[version] = time.monotonic()
                 self.last_error = f"version {version}: {exc}"
-                log.error("not switching to %s: %s", version, exc)
+                log.error("%snot switching to %s: %s", self._tag, version, exc)
                 raise
             self.current = sv  # the flip: one assignment, seen by the next decode
             self.failed.pop(version, None)
             self.last_error = None
             self.metrics.switches.labels("ok").inc()
-            self.metrics.version.clear()
-            self.metrics.version.labels(version).set(1)
-            log.info("serving version %s (was %s)", version, prev)
+            if prev:
+                self.metrics.version.remove(self.scenario, prev)
+            self.metrics.version.labels(self.scenario, version).set(1)
+            log.info("%sserving version %s (was %s)", self._tag, version, prev)
             if self.cfg.mlflow_tracking_uri:
                 asyncio.get_running_loop().create_task(self._log_mlflow(version))
                 self.sync_alias()
@@ -361,11 +389,12 @@ class VersionManager:
         """Log the version as an MLflow pyfunc in a low-priority child process (once)."""
         import sys
 
-        args = [sys.executable, "-m", "elasticctr.serving.pyfunc", self.cfg.store, version,
+        args = [sys.executable, "-m", "elasticctr.serving.pyfunc", self.store, version,
                 "--tracking-uri", self.cfg.mlflow_tracking_uri, "--skip-existing",
-                "--cache", str(self.cfg.cache / "mlflow")]  # fmt: skip
+                "--cache", str(self.cache / "mlflow")]  # fmt: skip
         if self.cfg.mlflow_model_name:
-            args += ["--register", self.cfg.mlflow_model_name]
+            name = scenarios.registered_model_name(self.scenario, self.cfg.mlflow_model_name)
+            args += ["--register", name]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *args,
@@ -388,12 +417,21 @@ class VersionManager:
         if self.cube is not None:
             return await self.cube.committed()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, store.latest_version, self.cfg.store)
+        return await loop.run_in_executor(None, store.latest_version, self.store)
 
-    async def poll_once(self) -> None:
+    @property
+    def _tag(self) -> str:
+        return "" if self.scenario == scenarios.DEFAULT else f"[{self.scenario}] "
+
+    async def poll_once(self, want: str | None | Exception = ...) -> None:  # type: ignore[assignment]
+        """Follow the wanted version; `want` = what `wanted()` would answer, when the
+        caller already knows it (one cube status round for every scenario)."""
         self.sync_alias()
         try:
-            want = await self.wanted()
+            if want is ...:
+                want = await self.wanted()
+            elif isinstance(want, Exception):
+                raise want
         except (EctlError, OSError) as exc:
             self.last_error = f"cannot learn the committed version: {exc}"
             self.no_version_yet = False
@@ -415,22 +453,110 @@ class VersionManager:
         except (EctlError, OSError):
             pass
 
+    def forget(self) -> None:
+        """The scenario is gone: drop its version (and its metric series)."""
+        if self.current is not None:
+            self.metrics.version.remove(self.scenario, self.current.version)
+        self.current = None
+
+
+class ScenarioSet:
+    """Every scenario serving answers for: the default one, plus (with cfg.scenarios) each
+    scenario cube holds a table of (or, without cube, each folder of the store's
+    `scenarios/`). One cube status round per poll tells every scenario its version."""
+
+    def __init__(self, cfg: ServeConfig, metrics: Metrics):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.cube = CubeEmbeddings(cfg.cube, cfg.cube_timeout) if cfg.cube else None
+        self.default = VersionManager(cfg, metrics, scenarios.DEFAULT, self.cube)
+        self.managers: dict[str, VersionManager] = {scenarios.DEFAULT: self.default}
+        self.discover_error: str | None = None
+
+    def get(self, name: str) -> VersionManager | None:
+        return self.managers.get(name)
+
+    def add(self, name: str) -> VersionManager:
+        mgr = self.managers.get(name)
+        if mgr is None:
+            mgr = self.managers[name] = VersionManager(self.cfg, self.metrics, name, self.cube)
+            log.info("scenario %s found", name)
+        return mgr
+
+    def remove(self, name: str) -> bool:
+        if name == scenarios.DEFAULT:
+            return False
+        mgr = self.managers.pop(name, None)
+        if mgr is not None:
+            mgr.forget()
+            log.info("scenario %s removed", name)
+        return mgr is not None
+
+    async def poll_once(self) -> None:
+        statuses: list[dict] | Exception | None = None
+        if self.cube is not None:
+            try:
+                statuses = await self.cube.statuses()
+            except CubeUnavailable as exc:
+                statuses = exc
+        if self.cfg.scenarios:
+            await self._discover(statuses)
+        polls = []
+        for name, mgr in list(self.managers.items()):
+            if isinstance(statuses, list):
+                try:
+                    want: str | None | Exception = committed_of(statuses, name)
+                except CubeUnavailable as exc:  # this table is switching: wait for it
+                    want = exc
+                polls.append(mgr.poll_once(want))
+            elif isinstance(statuses, Exception):
+                polls.append(mgr.poll_once(statuses))
+            else:
+                polls.append(mgr.poll_once())
+        await asyncio.gather(*polls)
+
+    async def _discover(self, statuses) -> None:
+        try:
+            if isinstance(statuses, Exception):
+                raise statuses
+            if statuses is not None:
+                held = [set(st.get("tables", {})) for st in statuses]
+                found = set.intersection(*held) if held else set()
+            else:
+                loop = asyncio.get_running_loop()
+                found = set(await loop.run_in_executor(None, store.scenario_names, self.cfg.store))
+        except (EctlError, OSError) as exc:
+            self.discover_error = f"cannot list scenarios: {exc}"
+            return  # keep what we have
+        self.discover_error = None
+        found.discard(scenarios.DEFAULT)
+        for name in sorted(found - set(self.managers)):
+            self.add(name)
+        for name in sorted(set(self.managers) - found - {scenarios.DEFAULT}):
+            self.remove(name)
+
     async def poll_forever(self) -> None:
         while True:
             await self.poll_once()
             await asyncio.sleep(self.cfg.poll_interval)
 
 
+_SCENARIO_PREFIX = "/v1/scenarios/"
+_SCENARIO_ROUTES = {("POST", "predict"), ("GET", "version")}
+
+
 class ServingApp:
     def __init__(self, cfg: ServeConfig):
         self.cfg = cfg
         self.metrics = Metrics()
-        self.versions = VersionManager(cfg, self.metrics)
+        self.scenarios = ScenarioSet(cfg, self.metrics)
+        self.versions = self.scenarios.default
         self.batcher = Batcher(cfg, self.metrics)
         self.tasks: list[asyncio.Task] = []
         self.routes = {
             ("POST", "/v1/predict"): self.predict,
             ("GET", "/v1/version"): self.version,
+            ("GET", "/v1/scenarios"): self.list_scenarios,
             ("POST", "/admin/version"): self.admin_version,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
@@ -438,7 +564,7 @@ class ServingApp:
             ("GET", "/openapi.json"): self.openapi,
         }
         self.paths = {p for _, p in self.routes}
-        self.protected = {"/v1/predict", "/v1/version", "/admin/version"}
+        self.protected = {"/v1/predict", "/v1/version", "/v1/scenarios", "/admin/version"}
 
     async def start(self) -> None:
         self.batcher.start()
@@ -451,12 +577,14 @@ class ServingApp:
                     pass
                 await self.versions.switch(self.cfg.version)
             else:
-                await self.versions.poll_once()
+                await self.scenarios.poll_once()
         finally:
             if self.cfg.poll_interval > 0:
-                self.tasks.append(loop.create_task(self.versions.poll_forever()))
+                self.tasks.append(loop.create_task(self.scenarios.poll_forever()))
 
     async def handle(self, req: Request) -> Response:
+        if req.path.startswith(_SCENARIO_PREFIX):
+            return await self._handle_scenario(req)
         handler = self.routes.get((req.method, req.path))
         route = req.path if req.path in self.paths else "other"
         if handler is None:
@@ -477,19 +605,55 @@ class ServingApp:
         self.metrics.requests.labels(route, str(resp.status)).inc()
         return resp
 
+    async def _handle_scenario(self, req: Request) -> Response:
+        """`/v1/scenarios/{name}/predict|version`: the route label never carries the name
+        (client input; metrics stay bounded)."""
+        name, _, action = req.path[len(_SCENARIO_PREFIX) :].partition("/")
+        route = f"{_SCENARIO_PREFIX}{{name}}/{action}"
+        if (req.method, action) not in _SCENARIO_ROUTES:
+            known = action in {a for _, a in _SCENARIO_ROUTES}
+            route = route if known else "other"
+            resp = (
+                Response.error(405, "method_not_allowed", f"{req.method} {req.path}")
+                if known
+                else Response.error(404, "not_found", f"no route {req.path}")
+            )
+        elif not self._authorized(req):
+            resp = Response.error(
+                401, "unauthorized", "send 'Authorization: Bearer <token>' (serving.auth)"
+            )
+            resp.headers["WWW-Authenticate"] = "Bearer"
+        else:
+            mgr = self.scenarios.get(name)
+            if mgr is None:
+                known = ", ".join(sorted(self.scenarios.managers))
+                resp = Response.error(
+                    404, "unknown_scenario",
+                    f"no scenario {name[:64]!r} on this platform (serving: {known})",
+                )  # fmt: skip
+            else:
+                handler = self.predict if action == "predict" else self.version
+                try:
+                    resp = await handler(req, mgr)
+                except RequestError as exc:
+                    resp = Response.json(exc.status, exc.body())
+        self.metrics.requests.labels(route, str(resp.status)).inc()
+        return resp
+
     def _authorized(self, req: Request) -> bool:
         if not self.cfg.token:
             return True
         return bearer_ok(req.headers.get("authorization"), self.cfg.token)
 
     # --- routes ---------------------------------------------------------------------------
-    async def predict(self, req: Request) -> Response:
+    async def predict(self, req: Request, mgr: VersionManager | None = None) -> Response:
         t0 = time.perf_counter()
+        mgr = mgr or self.versions
         pinned = _query_param(req.query, "version")
         for attempt in (0, 1):
-            sv = self.versions.current
+            sv = mgr.current
             if sv is None:
-                raise self._no_version()
+                raise self._no_version(mgr)
             if pinned and pinned != sv.version:
                 raise RequestError(
                     409, "version_mismatch", f"serving {sv.version}, the request asked {pinned}"
@@ -502,7 +666,7 @@ class ServingApp:
                 if attempt:
                     raise RequestError(503, "version_unavailable", str(exc)) from exc
                 self.metrics.retries.inc()
-                await self.versions.poll_once()  # cube moved on: follow it, then run again
+                await mgr.poll_once()  # cube moved on: follow it, then run again
             except CubeUnavailable as exc:
                 raise RequestError(503, "cube_unavailable", str(exc)) from exc
         self.metrics.samples.inc(len(probs))
@@ -513,22 +677,25 @@ class ServingApp:
         )
         return Response(200, body)
 
-    def _not_ready_reason(self) -> str:
-        why = self.versions.last_error or "no model version loaded yet"
+    def _not_ready_reason(self, mgr: VersionManager | None = None) -> str:
+        why = (mgr or self.versions).last_error or "no model version loaded yet"
         return f"not ready: {why}"
 
-    def _no_version(self) -> RequestError:
-        if self.versions.no_version_yet:
+    def _no_version(self, mgr: VersionManager | None = None) -> RequestError:
+        mgr = mgr or self.versions
+        if mgr.no_version_yet:
             return RequestError(503, "no_model", NO_MODEL_YET)
-        return RequestError(503, "not_ready", self._not_ready_reason())
+        return RequestError(503, "not_ready", self._not_ready_reason(mgr))
 
-    async def version(self, req: Request) -> Response:
-        sv = self.versions.current
+    async def version(self, req: Request, mgr: VersionManager | None = None) -> Response:
+        mgr = mgr or self.versions
+        sv = mgr.current
         if sv is None:
-            raise self._no_version()
+            raise self._no_version(mgr)
         return Response.json(
             200,
             {
+                "scenario": mgr.scenario,
                 "version": sv.version,
                 "model": sv.info.model,
                 "slots": list(sv.info.slots),
@@ -539,15 +706,42 @@ class ServingApp:
             },
         )
 
+    async def list_scenarios(self, req: Request) -> Response:
+        out = {}
+        for name, mgr in sorted(self.scenarios.managers.items()):
+            sv = mgr.current
+            out[name] = {
+                "version": sv.version if sv else None,
+                "model": sv.info.model if sv else None,
+                "loaded_at": sv.loaded_at if sv else None,
+                "error": mgr.last_error,
+            }
+        return Response.json(
+            200, {"scenarios": out, "discover_error": self.scenarios.discover_error}
+        )
+
     async def admin_version(self, req: Request) -> Response:
         try:
             doc = json.loads(req.body)
         except ValueError as exc:
             raise RequestError(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
-        if not isinstance(doc, dict) or not isinstance(doc.get("version"), str):
+        if not isinstance(doc, dict):
             raise RequestError(400, "bad_json", 'expected {"version": "YYYYMMDD/HH"}')
+        name = doc.get("scenario", scenarios.DEFAULT)
         try:
-            prev, changed = await self.versions.switch(doc["version"])
+            scenarios.check_name(name)
+        except EctlError as exc:
+            raise RequestError(400, "bad_scenario", str(exc)) from exc
+        if doc.get("removed") is True:
+            return Response.json(200, {"scenario": name, "removed": self.scenarios.remove(name)})
+        if not isinstance(doc.get("version"), str):
+            raise RequestError(400, "bad_json", 'expected {"version": "YYYYMMDD/HH"}')
+        if name != scenarios.DEFAULT and not self.cfg.scenarios:
+            raise RequestError(
+                404, "unknown_scenario", f"scenario {name!r}: this serving has no --scenarios"
+            )
+        try:
+            prev, changed = await self.scenarios.add(name).switch(doc["version"])
         except ValidationError as exc:
             raise RequestError(422, "bad_version", str(exc), exc.problems) from exc
         except EctlError as exc:

@@ -20,12 +20,14 @@ from elasticctr.cube.format import shard_of
 from elasticctr.cube.protocol import (
     CONTENT_TYPE,
     LOOKUP_PATH,
+    TABLE_HEADER,
     VERSION_HEADER,
     decode_response,
     encode_keys,
 )
 from elasticctr.errors import EctlError
 from elasticctr.httpd import error_message
+from elasticctr.scenarios import DEFAULT
 from elasticctr.serving.model import LocalTable
 
 
@@ -130,12 +132,17 @@ class CubeEmbeddings:
     def urls(self) -> list[str]:
         return [s.url for s in self.shards]
 
-    async def lookup(self, keys: np.ndarray, version: str, dim: int) -> np.ndarray:
-        """float32 [len(keys), dim]: rows of `keys` in `version` (zeros for unknown keys)."""
+    async def lookup(
+        self, keys: np.ndarray, version: str, dim: int, table: str | None = None
+    ) -> np.ndarray:
+        """float32 [len(keys), dim]: rows of `keys` in `version` of `table` (a scenario;
+        None = the default table), zeros for unknown keys."""
         n = len(self.shards)
         owner = shard_of(keys, n) if n > 1 else np.zeros(keys.size, np.int64)
         groups = [np.flatnonzero(owner == i) for i in range(n)]
         headers = {"Content-Type": CONTENT_TYPE, VERSION_HEADER: version}
+        if table and table != DEFAULT:
+            headers[TABLE_HEADER] = table
         calls = [
             shard.request("POST", LOOKUP_PATH, encode_keys(keys[idx]), headers)
             for shard, idx in zip(self.shards, groups, strict=True)
@@ -145,7 +152,7 @@ class CubeEmbeddings:
         rows = np.empty((keys.size, dim), dtype=np.float32)
         asked = [(s, idx) for s, idx in zip(self.shards, groups, strict=True) if idx.size]
         for (shard, idx), (status, body) in zip(asked, answers, strict=True):
-            if status == 409:
+            if status in (404, 409):  # 404: the table is gone (scenario removed)
                 raise VersionUnavailable(
                     f"cube shard {shard.url} does not hold version {version}: {_msg(body)}"
                 )
@@ -163,32 +170,76 @@ class CubeEmbeddings:
             rows[idx] = result.rows
         return rows
 
-    async def committed(self) -> str | None:
-        """The version every shard has committed; None when no shard has committed one yet.
-        Raises CubeUnavailable when a shard cannot tell, or while the shards disagree (a
-        switch in progress), so that None really means "no model version yet"."""
+    async def statuses(self) -> list[dict]:
+        """Every shard's /v1/status (CubeUnavailable when one cannot tell)."""
         answers = await asyncio.gather(
             *(s.request("GET", "/v1/status") for s in self.shards), return_exceptions=True
         )
-        seen = set()
+        out = []
         for shard, ans in zip(self.shards, answers, strict=True):
             if isinstance(ans, BaseException):
                 raise CubeUnavailable(str(ans)) from ans
             if ans[0] != 200:
                 raise CubeUnavailable(f"cube shard {shard.url} answered {ans[0]}: {_msg(ans[1])}")
             try:
-                seen.add(json.loads(ans[1]).get("committed"))
+                out.append(json.loads(ans[1]))
             except ValueError:
                 raise CubeUnavailable(f"cube shard {shard.url}: /v1/status is not JSON") from None
-        if len(seen) > 1:
-            raise CubeUnavailable(
-                f"cube shards disagree on the committed version: {sorted(map(str, seen))}"
-            )
-        return seen.pop()
+        return out
+
+    async def committed(self, table: str | None = None) -> str | None:
+        """The version every shard has committed (in `table`); None when no shard has
+        committed one yet. Raises CubeUnavailable when a shard cannot tell, or while the
+        shards disagree (a switch in progress), so that None really means "no model
+        version yet"."""
+        return committed_of(await self.statuses(), table)
+
+    async def tables(self) -> set[str]:
+        """Scenario tables held by every shard (not the default one)."""
+        held = [set(st.get("tables", {})) for st in await self.statuses()]
+        return set.intersection(*held) - {DEFAULT} if held else set()
 
     def close(self) -> None:
         for s in self.shards:
             s.close()
+
+
+def committed_of(statuses: list[dict], table: str | None) -> str | None:
+    """The committed version of `table` that all shard statuses agree on (see committed)."""
+    seen = set()
+    for st in statuses:
+        if table and table != DEFAULT:
+            st = st.get("tables", {}).get(table, {})
+        seen.add(st.get("committed"))
+    if len(seen) > 1:
+        where = f" of table {table}" if table and table != DEFAULT else ""
+        raise CubeUnavailable(
+            f"cube shards disagree on the committed version{where}: {sorted(map(str, seen))}"
+        )
+    return seen.pop() if seen else None
+
+
+class TableEmbeddings:
+    """One scenario's table of a shared cube: what a scenario's versions look rows up in."""
+
+    kind = "cube"
+
+    def __init__(self, cube: CubeEmbeddings, table: str):
+        self.cube = cube
+        self.table = table
+
+    @property
+    def urls(self) -> list[str]:
+        return self.cube.urls
+
+    async def lookup(self, keys: np.ndarray, version: str, dim: int) -> np.ndarray:
+        return await self.cube.lookup(keys, version, dim, self.table)
+
+    async def committed(self) -> str | None:
+        return await self.cube.committed(self.table)
+
+    def close(self) -> None:  # the shared cube is closed by its owner
+        pass
 
 
 def _msg(body: bytes) -> str:

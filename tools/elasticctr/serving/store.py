@@ -19,7 +19,7 @@ from pathlib import Path
 from elasticctr.modelstore import open_store
 from elasticctr.versions import DENSE_DIR, VERSIONS_DIR, check_version_id
 
-__all__ = ["VERSIONS_DIR", "check_version_id", "fetch", "latest_version"]
+__all__ = ["VERSIONS_DIR", "check_version_id", "fetch", "latest_version", "scenario_names"]
 
 
 def fetch(store: str, version: str, cache: Path, *, dense_only: bool) -> Path:
@@ -38,3 +38,8 @@ def latest_version(store: str) -> str | None:
     never mistaken for an empty one.
     """
     return open_store(store).latest_version()
+
+
+def scenario_names(store: str) -> list[str]:
+    """The scenarios a platform store holds (folders under `scenarios/`)."""
+    return open_store(store).list_scenarios()
