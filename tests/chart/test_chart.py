@@ -104,6 +104,7 @@ BAD_VALUES = [
     ({"trainer": {"pserver": {"replicas": 0}}}, "at '/pserver/replicas': minimum: got 0, want 1"),
     ({"serving": {"replicss": 2}}, "additional properties 'replicss' not allowed"),
     ({"global": {"data": {"startDateHour": "2020-04-01"}}}, "at '/global/data/startDateHour'"),
+    ({"global": {"scenario": {"name": "Coupon_1"}}}, "at '/global/scenario/name'"),
     ({"global": {"data": {"path": "s3://bucket/data"}}}, "at '/global/data/path'"),
     ({"mlflow": {"backendStore": {"type": "mysql"}}}, "value must be one of 'sqlite', 'external'"),
     ({"mlflow": {"image": {"tag": "latest"}}}, "at '/image/tag'"),
@@ -194,6 +195,12 @@ AGREEMENT_CASES = [
         }
     },
     {"trainer": {"volcano": {"priorityClasses": {"guaranteed": "same", "trainer": "same"}}}},
+    # A scenario release: only its training job, the platform serves it.
+    {
+        "global": {"scenario": {"name": "coupon", "platform": "ctr"}},
+        **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+    },
+    {"global": {"scenario": {"name": "coupon"}}, "trainer": {"enabled": False}},
 ]
 
 

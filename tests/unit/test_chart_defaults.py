@@ -47,6 +47,27 @@ def test_chart_value_equals_the_python_default(sub, path, python):
 
 
 @pytest.mark.fast
+def test_scenario_contract_is_the_charts():
+    """The umbrella's global.scenario default budget, the scenario label names and the
+    registration key are elasticctr.scenarios' (cube-transfer reads what the chart writes)."""
+    from elasticctr import scenarios
+
+    umbrella = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert umbrella["global"]["scenario"]["cubeMemoryMiB"] == scenarios.DEFAULT_CUBE_MEMORY_MIB
+    helpers = (CHART / "charts" / "trainer" / "templates" / "_helpers.tpl").read_text()
+    for label in (scenarios.LABEL_PLATFORM, scenarios.LABEL_SCENARIO):
+        assert f"{label}: " in helpers, label
+    registration = (CHART / "charts" / "trainer" / "templates" / "registration.yaml").read_text()
+    assert f"  {scenarios.SPEC_KEY}: " in registration
+    assert f"/{scenarios.SCENARIOS_DIR}/" in helpers
+    policies = [
+        (CHART / "charts" / part / "templates" / "networkpolicy.yaml").read_text()
+        for part in ("fileserver", "mlflow")
+    ]
+    assert all(f"{scenarios.LABEL_PLATFORM}: {{{{ .Release.Name }}}}" in p for p in policies)
+
+
+@pytest.mark.fast
 def test_chart_validation_knows_the_zoo_hyperparameters():
     """`elasticctr.validateValues` lists each model's hyperparameter names; they must be
     the zoo's (the same check `ectl validate` runs from elasticctr.zoo)."""

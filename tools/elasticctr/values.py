@@ -242,6 +242,26 @@ def cross_field_problems(values: Values) -> list[str]:
             problems.append(message)
 
     fileserver = on("fileserver")
+    sc = g.get("scenario") or {}
+    # A scenario of a platform release uses the platform's fileserver and MLflow.
+    on_platform = bool(sc.get("name") and sc.get("platform"))
+    if sc.get("name"):
+        if not sc.get("platform"):
+            problems.append(
+                "global.scenario.platform: required with global.scenario.name (the platform "
+                "release that serves the scenario; ectl scenario add --platform sets it)"
+            )
+        parts = [p for p in ("fileserver", "mlflow", "cube", "serving") if on(p)]
+        if parts:
+            problems.append(
+                "global.scenario.name: a scenario release runs only its training job (its "
+                f"platform serves it); set {', '.join(parts)} enabled: false "
+                "(ectl scenario add does)"
+            )
+        if not on("trainer"):
+            problems.append(
+                "trainer.enabled: a scenario release is its training job; it must be true"
+            )
     if on("trainer"):
         t = _dig(values, "trainer.trainer", {})
 
@@ -270,7 +290,7 @@ def cross_field_problems(values: Values) -> list[str]:
         rule(hyperparameters)
         rule(
             lambda: (
-                (not data.get("path") and not fileserver)
+                (not data.get("path") and not fileserver and not on_platform)
                 and "global.data.path: required when fileserver.enabled is false "
                 "(empty means the release's fileserver)"
             )
@@ -334,6 +354,7 @@ def cross_field_problems(values: Values) -> list[str]:
             (
                 not g.get("modelStore")
                 and not fileserver
+                and not on_platform
                 and (on("trainer") or on("cube") or on("serving"))
             )
             and "global.modelStore: required when fileserver.enabled is false "
@@ -447,6 +468,7 @@ def cross_field_problems(values: Values) -> list[str]:
             not on("mlflow")
             and (on("trainer") or on("serving"))
             and not (g.get("mlflow") or {}).get("trackingUri")
+            and not on_platform
             and MLFLOW_NOT_DEPLOYED
         )
     )

@@ -27,6 +27,23 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- $g := $v.global -}}
 {{- $errs := list -}}
 {{- $fileserver := $v.fileserver.enabled -}}
+{{- /* A scenario of a platform release uses the platform's fileserver and MLflow. */ -}}
+{{- $onPlatform := and $g.scenario.name $g.scenario.platform -}}
+{{- if $g.scenario.name -}}
+  {{- if not $g.scenario.platform -}}
+    {{- $errs = append $errs "global.scenario.platform: required with global.scenario.name (the platform release that serves the scenario; ectl scenario add --platform sets it)" -}}
+  {{- end -}}
+  {{- $parts := list -}}
+  {{- range $part := list "fileserver" "mlflow" "cube" "serving" -}}
+    {{- if (index $v $part).enabled -}}{{- $parts = append $parts $part -}}{{- end -}}
+  {{- end -}}
+  {{- if $parts -}}
+    {{- $errs = append $errs (printf "global.scenario.name: a scenario release runs only its training job (its platform serves it); set %s enabled: false (ectl scenario add does)" (join ", " $parts)) -}}
+  {{- end -}}
+  {{- if not $v.trainer.enabled -}}
+    {{- $errs = append $errs "trainer.enabled: a scenario release is its training job; it must be true" -}}
+  {{- end -}}
+{{- end -}}
 {{- if $v.trainer.enabled -}}
   {{- $t := $v.trainer.trainer -}}
   {{- if gt (int $t.minReplicas) (int $t.replicas) -}}
@@ -45,7 +62,7 @@ tools/elasticctr/values.py implements the same rules with the same messages for
       {{- end -}}
     {{- end -}}
   {{- end -}}
-  {{- if and (not $g.data.path) (not $fileserver) -}}
+  {{- if and (not $g.data.path) (not $fileserver) (not $onPlatform) -}}
     {{- $errs = append $errs "global.data.path: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
   {{- end -}}
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
@@ -72,7 +89,7 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- if and $g.data.endDateHour (lt $g.data.endDateHour $g.data.startDateHour) -}}
   {{- $errs = append $errs (printf "global.data.endDateHour: %s is before global.data.startDateHour %s" $g.data.endDateHour $g.data.startDateHour) -}}
 {{- end -}}
-{{- if and (not $g.modelStore) (not $fileserver) (or $v.trainer.enabled $v.cube.enabled $v.serving.enabled) -}}
+{{- if and (not $g.modelStore) (not $fileserver) (not $onPlatform) (or $v.trainer.enabled $v.cube.enabled $v.serving.enabled) -}}
   {{- $errs = append $errs "global.modelStore: required when fileserver.enabled is false (empty means the release's fileserver)" -}}
 {{- end -}}
 {{- /* Parts that send the fileserver token: the Secret and key they read must be the
@@ -123,7 +140,7 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
     {{- $errs = append $errs "mlflow.ingress.host: required when mlflow.ingress.enabled" -}}
   {{- end -}}
 {{- end -}}
-{{- if and (not $v.mlflow.enabled) (or $v.trainer.enabled $v.serving.enabled) (not $v.global.mlflow.trackingUri) -}}
+{{- if and (not $v.mlflow.enabled) (or $v.trainer.enabled $v.serving.enabled) (not $v.global.mlflow.trackingUri) (not $onPlatform) -}}
   {{- $errs = append $errs "global.mlflow.trackingUri: required when mlflow.enabled is false (training and serving report to MLflow; with no URI they would report to this release's MLflow, which is not deployed, and each trainer would wait minutes for it)" -}}
 {{- end -}}
 {{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}

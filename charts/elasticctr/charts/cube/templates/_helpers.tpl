@@ -84,9 +84,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       key: {{ if .Values.adminToken.existingSecret }}{{ .Values.adminToken.existingSecretKey }}{{ else }}token{{ end }}
 {{- end -}}
 
+{{/* The pod spec both cube workloads share. cube-transfer, when it follows the platform's
+scenarios, runs as its own account with a token (rbac.yaml); the shards get none. */}}
 {{- define "cube.podSpecCommon" -}}
+{{- if and .transfer .Values.transfer.scenarios }}
+serviceAccountName: {{ include "cube.fullname" . }}-transfer
+automountServiceAccountToken: true
+{{- else }}
 serviceAccountName: {{ .Values.serviceAccount.create | ternary (include "cube.fullname" .) "default" }}
 automountServiceAccountToken: false
+{{- end }}
 {{- with .Values.global.image.pullSecrets }}
 imagePullSecrets:
   {{- range . }}

@@ -48,16 +48,54 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-coordinator" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "trainer.modelStore" -}}
-{{- .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" .Release.Name) -}}
+{{/* The platform release whose fileserver, MLflow, cube and serving this job uses: this
+release, or global.scenario.platform for a scenario release (docs/platform.md). */}}
+{{- define "trainer.platform" -}}
+{{- .Values.global.scenario.platform | default .Release.Name -}}
 {{- end -}}
 
+{{/* The scenario this job trains; "" = the default scenario of a single release. */}}
+{{- define "trainer.scenario" -}}
+{{- .Values.global.scenario.name -}}
+{{- end -}}
+
+{{/* The scenario's own folder of a platform URL: <base>/scenarios/<name> (elasticctr.scenarios.store_url). */}}
+{{- define "trainer.scenarioUrl" -}}
+{{- $name := include "trainer.scenario" .ctx -}}
+{{- if $name }}{{ printf "%s/scenarios/%s" (trimSuffix "/" .base) $name }}{{ else }}{{ .base }}{{ end -}}
+{{- end -}}
+
+{{- define "trainer.modelStore" -}}
+{{- $base := .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" (include "trainer.platform" .)) -}}
+{{- include "trainer.scenarioUrl" (dict "ctx" . "base" $base) -}}
+{{- end -}}
+
+{{/* Data: global.data.path as given; empty = the platform fileserver's /data (a scenario's
+own folder of it for a named scenario). */}}
 {{- define "trainer.dataPath" -}}
-{{- .Values.global.data.path | default (printf "http://%s-fileserver:8080/data" .Release.Name) -}}
+{{- if .Values.global.data.path -}}
+{{- .Values.global.data.path -}}
+{{- else -}}
+{{- include "trainer.scenarioUrl" (dict "ctx" . "base" (printf "http://%s-fileserver:8080/data" (include "trainer.platform" .))) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "trainer.trackingUri" -}}
-{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
+{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" (include "trainer.platform" .)) -}}
+{{- end -}}
+
+{{/* Pod labels that tie a job to its platform and scenario (NetworkPolicies, registry). */}}
+{{- define "trainer.scenarioLabels" -}}
+elasticctr.io/platform: {{ include "trainer.platform" . }}
+elasticctr.io/scenario: {{ include "trainer.scenario" . | default "default" }}
+{{- end -}}
+
+{{/* scenario.json of the registration ConfigMap (elasticctr.scenarios.Scenario). */}}
+{{- define "trainer.scenarioSpec" -}}
+{{- $g := .Values.global -}}
+{{- $slots := list -}}
+{{- range $g.data.slots }}{{ $slots = append $slots (int .) }}{{ end -}}
+{{- dict "name" $g.scenario.name "team" $g.scenario.team "model" .Values.model.name "slots" $slots "sparse_dim" (int64 $g.data.sparseDim) "cube_memory_mib" (int $g.scenario.cubeMemoryMiB) "labels" (dict) | toJson -}}
 {{- end -}}
 
 {{- define "trainer.stagingClaim" -}}

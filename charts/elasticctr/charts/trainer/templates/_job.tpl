@@ -78,6 +78,7 @@ metadata:
     {{- include "trainer.selectorLabels" $ctx | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
     app.kubernetes.io/part-of: elasticctr
+    {{- include "trainer.scenarioLabels" $ctx | nindent 4 }}
   annotations:
     checksum/config: {{ include "trainer.configData" $ctx | sha256sum }}
     # Volcano's preempt and reclaim actions evict trainers only (and never below the gang).
@@ -148,6 +149,13 @@ spec:
         {{- end }}
         - name: MLFLOW_TRACKING_URI
           value: {{ include "trainer.trackingUri" $ctx | quote }}
+        {{- with include "trainer.scenario" $ctx }}
+        # The scenario's own MLflow experiment and registered model (elasticctr.scenarios).
+        - name: ECTL_MLFLOW_EXPERIMENT
+          value: {{ printf "elasticctr-%s" . | quote }}
+        - name: ECTL_MLFLOW_REGISTERED_MODEL
+          value: {{ printf "elasticctr-%s" . | quote }}
+        {{- end }}
         {{- if $v.hdfs.existingSecret }}
         - name: HDFS_UGI
           valueFrom:
@@ -164,7 +172,7 @@ spec:
         - name: ELASTICCTR_FILESERVER_TOKEN
           valueFrom:
             secretKeyRef:
-              name: {{ $v.fileserverToken.existingSecret | default (printf "%s-fileserver" $ctx.Release.Name) }}
+              name: {{ $v.fileserverToken.existingSecret | default (printf "%s-fileserver" (include "trainer.platform" $ctx)) }}
               key: {{ $v.fileserverToken.existingSecretKey }}
               # Not needed when the model store is not the fileserver.
               optional: true
