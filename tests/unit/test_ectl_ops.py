@@ -524,3 +524,18 @@ def test_without_the_kube_extra_the_cluster_verbs_say_what_to_install(monkeypatc
     assert proc.returncode == 4
     checks = json.loads(proc.stdout)["checks"]
     assert checks[1]["status"] == "fail" and "elasticctr[kube]" in checks[1]["fix"]
+
+
+@pytest.mark.fast
+def test_scenario_room_on_the_platforms_cube():
+    """`ectl scenario add` refuses a table the platform's cube.capacityMiB cannot hold."""
+    from elasticctr.cli.scenario import room_problem
+    from elasticctr.scenarios import Scenario
+
+    held = {"a": Scenario("a", cube_memory_mib=300), "b": Scenario("b", cube_memory_mib=300)}
+    assert room_problem(0, held, "c", 10_000) is None  # no cap
+    assert room_problem(1024, held, "c", 400) is None
+    msg = room_problem(1024, held, "c", 500)
+    assert msg.startswith("global.scenario.cubeMemoryMiB: 500 MiB does not fit")
+    assert "600 MiB promised to 2 scenario(s)" in msg and "remove a scenario" in msg
+    assert room_problem(1024, held, "a", 700) is None  # re-adding a counts its new budget only

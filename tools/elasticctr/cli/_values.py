@@ -41,14 +41,20 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
 
 
 def load_user_values(
-    files: list[Path], chart: Path | None = None, sets: list[str] | None = None
+    files: list[Path],
+    chart: Path | None = None,
+    sets: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Merge the files like `helm -f a -f b` (then --set), validate against the chart."""
+    """Merge the files like `helm -f a -f b` (then --set, then `extra`), validate against
+    the chart."""
     from elasticctr import values as chart_values
 
     merged = chart_values.load_files([Path(f) for f in files])
     if sets:
         merged = chart_values.merge(merged, parse_sets(sets), drop_nulls=False)
+    if extra:
+        merged = chart_values.merge(merged, extra, drop_nulls=False)
     names = [*map(str, files), *(f"--set {s}" for s in sets or [])]
     raise_problems(chart_values.validate(merged, chart), names)
     return merged

@@ -71,6 +71,7 @@ _VERB_MODULES: list[str] = [
     "coordinator",
     "cube",
     "release",
+    "scenario",
     "status",
     "doctor",
     "completion",

@@ -337,9 +337,15 @@ def _deploy(
     create_namespace: bool,
     output: OutputFormat,
     show_diff: bool,
+    extra: dict[str, Any] | None = None,
+    check: Any = None,
 ) -> None:
+    """`extra`: values merged over the files and --set (ectl scenario's own keys);
+    `check(values, namespace)`: refuses what helm would accept but the cluster cannot run."""
     chart_path = _chart_path(chart, target.helm)
-    values = load_user_values(files or [], chart_path, sets)
+    values = load_user_values(files or [], chart_path, sets, extra)
+    if check is not None:
+        check(values, target.resolved_namespace())
     namespace = target.resolved_namespace()
     client = common.helm_client(target)
 
