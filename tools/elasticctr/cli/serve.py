@@ -152,6 +152,9 @@ def predict(
     ),
     chunk: int = typer.Option(500, min=1, help="Samples per request."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary, no probabilities."),
+    scenario: str | None = typer.Option(
+        None, "--scenario", "-s", help="Scenario of the platform (default: the default one)."
+    ),
     no_model_ok: bool = typer.Option(
         False,
         "--no-model-ok",
@@ -176,7 +179,7 @@ def predict(
             data, source = Path(file).read_bytes(), file
         except OSError as exc:
             raise EctlError(f"cannot read {file}: {exc.strerror}") from exc
-    client = ServingClient(url, _token(token_file))
+    client = ServingClient(url, _token(token_file), scenario=scenario)
     try:
         result = client.predict_file(data, source, chunk)
     except NoModelYet as exc:

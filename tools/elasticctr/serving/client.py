@@ -14,6 +14,7 @@ import numpy as np
 
 from elasticctr.data.parser import FileStats, LineParser
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.scenarios import DEFAULT, check_name
 
 
 @dataclass
@@ -55,9 +56,17 @@ class NoModelYet(ValidationError):
 
 
 class ServingClient:
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self, url: str, token: str | None = None, timeout: float = 30.0, scenario: str | None = None
+    ):
+        """`scenario`: a scenario of the platform (`/v1/scenarios/{name}/...`); None or
+        `default` = the default scenario's `/v1/predict`."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
+        if scenario and scenario != DEFAULT:
+            self.prefix = f"/v1/scenarios/{check_name(scenario, field_name='--scenario')}"
+        else:
+            self.prefix = "/v1"
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def close(self):
@@ -83,11 +92,11 @@ class ServingClient:
         return resp
 
     def version(self) -> dict:
-        return self._call("GET", "/v1/version").json()
+        return self._call("GET", f"{self.prefix}/version").json()
 
     def predict_lines(self, data: bytes) -> tuple[str, list[float]]:
         resp = self._call(
-            "POST", "/v1/predict", content=data, headers={"Content-Type": "text/plain"}
+            "POST", f"{self.prefix}/predict", content=data, headers={"Content-Type": "text/plain"}
         )
         doc = resp.json()
         return doc["version"], doc["probabilities"]
