@@ -132,10 +132,12 @@ def test_bad_scenarios_are_refused_and_install_nothing(kube_cluster, platform):
     cases = [
         (["Bad_Name"], "is not a valid scenario name"),
         (["coupon", "-P", "nosuch"], "no release nosuch"),
-        (["coupon", "--set", "trainer.volcano.queue=nosuch"], "Volcano queue 'nosuch' does not exist"),
+        (["coupon", "--set", "trainer.volcano.queue=nosuch"],
+         "Volcano queue 'nosuch' does not exist"),
         (["coupon", "--set", "global.scenario.cubeMemoryMiB=300"],
          "global.scenario.cubeMemoryMiB: 300 MiB does not fit the platform's cube"),
-        (["coupon", "--set", "fileserver.enabled=true"], "a scenario release runs only its training job"),
+        (["coupon", "--set", "fileserver.enabled=true"],
+         "a scenario release runs only its training job"),
     ]  # fmt: skip
     for args, message in cases:
         name, *rest = args
