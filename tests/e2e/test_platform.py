@@ -43,6 +43,7 @@ SCENARIOS = {
     ),
 }
 SEEDS = {"coupon": 21, "feed": 22}
+TEAMS = {"coupon": "growth", "feed": "content"}
 
 
 def ectl(kube_cluster, *args: str, timeout: float = 300, env: dict | None = None, check=True):
@@ -59,6 +60,11 @@ def platform(kube_cluster, published, tmp_path_factory):
             {
                 "trainer": {"enabled": False},
                 "cube": {"capacityMiB": 256},
+                # One queue per team, each guaranteed its scenario's reserved part.
+                "teams": {
+                    "growth": {"guarantee": {"cpu": "400m", "memory": "1Gi"}},
+                    "content": {"guarantee": {"cpu": "400m", "memory": "1Gi"}},
+                },
                 "tests": {"enabled": False},
             }
         )
@@ -85,8 +91,7 @@ def scenario_values(tmp: Path, name: str) -> Path:
             {
                 "global": {
                     "data": {"slots": slots, "startDateHour": HOURS[0], "endDateHour": ""},
-                    "scenario": {"team": "growth" if name == "coupon" else "content",
-                                 "cubeMemoryMiB": 64},
+                    "scenario": {"team": TEAMS[name], "cubeMemoryMiB": 64},
                 },
                 "trainer": {
                     "model": model,
@@ -106,6 +111,7 @@ def scenario_values(tmp: Path, name: str) -> Path:
                                       "limits": {"cpu": "1", "memory": "1Gi"}},
                     },
                     "staging": {"size": "1Gi"},
+                    "volcano": {"queue": TEAMS[name]},
                 },
             }
         )
@@ -183,6 +189,7 @@ def test_scenarios_train_publish_and_are_served_by_one_platform(kube_cluster, pl
         f"{platform['added_s']:.0f} s, data -> both served {platform['data_to_served_s']:.0f} s"
     )
     assert rows["coupon"]["team"] == "growth" and rows["coupon"]["model"] == "lr"
+    assert rows["coupon"]["queue"] == "growth" and rows["feed"]["queue"] == "content"
     assert rows["feed"]["model"] == "dnn" and rows["feed"]["trainers"].startswith("1/1/1")
     table = ectl(kube_cluster, "scenario", "list", "-P", PLATFORM, "-n", NS,
                  env={"COLUMNS": "200"}).stdout  # fmt: skip
