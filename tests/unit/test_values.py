@@ -100,7 +100,8 @@ def test_schema_problems_are_paths_with_actionable_messages(chart):
 
 def test_unknown_top_level_key_is_reported(chart):
     assert V.validate({"trainers": {}}, chart) == [
-        "trainers: unknown key (allowed: cube, fileserver, global, mlflow, serving, tests, trainer)"
+        "trainers: unknown key (allowed: cube, fileserver, global, mlflow, serving, teams, tests, "
+        "trainer)"
     ]
 
 

@@ -45,12 +45,15 @@ def load_user_values(
     chart: Path | None = None,
     sets: list[str] | None = None,
     extra: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Merge the files like `helm -f a -f b` (then --set, then `extra`), validate against
-    the chart."""
+    """Merge `base`, the files like `helm -f a -f b`, --set, then `extra`; validate against
+    the chart (so a file can override `base` but never `extra`)."""
     from elasticctr import values as chart_values
 
-    merged = chart_values.load_files([Path(f) for f in files])
+    merged = chart_values.merge(
+        base or {}, chart_values.load_files([Path(f) for f in files]), drop_nulls=False
+    )
     if sets:
         merged = chart_values.merge(merged, parse_sets(sets), drop_nulls=False)
     if extra:

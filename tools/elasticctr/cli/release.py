@@ -338,12 +338,13 @@ def _deploy(
     output: OutputFormat,
     show_diff: bool,
     extra: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
     check: Any = None,
 ) -> None:
-    """`extra`: values merged over the files and --set (ectl scenario's own keys);
+    """`base` / `extra`: values under / over the files and --set (ectl scenario's keys);
     `check(values, namespace)`: refuses what helm would accept but the cluster cannot run."""
     chart_path = _chart_path(chart, target.helm)
-    values = load_user_values(files or [], chart_path, sets, extra)
+    values = load_user_values(files or [], chart_path, sets, extra, base)
     if check is not None:
         check(values, target.resolved_namespace())
     namespace = target.resolved_namespace()

@@ -176,20 +176,21 @@ def add(
         raise EctlError(f"scenario {name}: the platform release has that name; pick another")
     pv = _platform_values(target, platform, ns)
     g = pv.get("global") or {}
+    # What makes the release this platform's scenario NAME: not overridable by the files.
     own: dict[str, Any] = {"global": {"scenario": {"name": name, "platform": platform}}}
     if team is not None:
         own["global"]["scenario"]["team"] = team
-    # The scenario runs the platform's images and reports to the platform's store and
-    # MLflow (defaults resolve to the platform's fileserver and MLflow when those are empty).
-    own["global"]["image"] = g.get("image") or {}
-    for key in ("modelStore",):
-        if g.get(key):
-            own["global"][key] = g[key]
+    # Defaults the files may override: the platform's images, store and MLflow (empty ones
+    # resolve to the platform's fileserver and MLflow), and no platform parts, so a file that
+    # enables one is refused by the chart's own rule rather than silently changed.
+    base: dict[str, Any] = {"global": {"image": g.get("image") or {}}}
+    if g.get("modelStore"):
+        base["global"]["modelStore"] = g["modelStore"]
     if (g.get("mlflow") or {}).get("trackingUri"):
-        own["global"]["mlflow"] = {"trackingUri": g["mlflow"]["trackingUri"]}
+        base["global"]["mlflow"] = {"trackingUri": g["mlflow"]["trackingUri"]}
     for part in PLATFORM_PARTS:
-        own[part] = {"enabled": False}
-    own["tests"] = {"enabled": False}
+        base[part] = {"enabled": False}
+    base["tests"] = {"enabled": False}
 
     def check(values: dict[str, Any], namespace: str) -> None:
         from elasticctr import values as chart_values
@@ -227,6 +228,7 @@ def add(
         output=output,
         show_diff=False,
         extra=own,
+        base=base,
         check=check,
     )
 
