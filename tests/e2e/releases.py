@@ -135,3 +135,54 @@ def status(kube_cluster, release: str, namespace: str) -> dict:
 def exported(kube_cluster, release: str, namespace: str) -> set[str]:
     coordinator = status(kube_cluster, release, namespace).get("coordinator") or {}
     return {p["partition"] for p in coordinator.get("partitions", []) if p.get("exported")}
+
+
+def local_predictions(
+    kube_cluster, namespace: str, release: str, store_path: str, version: str,
+    samples: Path, tmp_path: Path,
+) -> list[float]:  # fmt: skip
+    """Probabilities of `samples` from a local `ectl serve --version VERSION` that reads the
+    release's fileserver store at `store_path` (`models`, or `models/scenarios/NAME` for a
+    scenario) through `ectl port-forward`: what the deployed serving must answer."""
+    import httpx
+    from tests.e2e.conftest import wait_until
+
+    from elasticctr.net import free_port
+
+    token = fileserver_token(kube_cluster, release, namespace)
+    env = {**kube_env(kube_cluster), "ELASTICCTR_FILESERVER_TOKEN": token}
+    fs_port, serve_port = free_port(), free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [*ECTL, "port-forward", "fileserver", "-R", release, "-n", namespace,
+             "-p", str(fs_port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+        wait_until(
+            "the fileserver port-forward",
+            lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code == 200,
+            120, kube_cluster, namespace,
+        )  # fmt: skip
+        procs.append(subprocess.Popen(
+            [*ECTL, "serve", "--store", f"http://127.0.0.1:{fs_port}/{store_path}", "--version",
+             version, "--port", str(serve_port), "--poll-interval", "2", "--cache",
+             str(tmp_path / "cache")],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),
+        ))  # fmt: skip
+        url = f"http://127.0.0.1:{serve_port}"
+
+        def answered():
+            proc = subprocess.run(
+                [*ECTL, "predict", str(samples), "--url", url],
+                capture_output=True, text=True, timeout=120, env=env,
+            )  # fmt: skip
+            return proc if proc.returncode == 0 else None
+
+        run = wait_until("local ectl serve", answered, 300, kube_cluster, namespace)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
+    assert f"version={version}" in run.stderr, run.stderr
+    return [float(x) for x in run.stdout.split()]

@@ -18,13 +18,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from tests.conftest import REPO
 from tests.e2e import releases
 from tests.e2e.conftest import wait_until
-
-from elasticctr.net import free_port
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -221,46 +218,16 @@ def test_scenarios_train_publish_and_are_served_by_one_platform(kube_cluster, pl
         assert f"version={HOURS[-1]}" in proc.stderr, proc.stderr
         deployed[name] = [float(x) for x in proc.stdout.split()]
         assert len(deployed[name]) == 200
-    local = local_predictions(kube_cluster, tmp_path, token, "coupon", samples["coupon"])
+    local = releases.local_predictions(
+        kube_cluster,
+        NS,
+        PLATFORM,
+        "models/scenarios/coupon",
+        HOURS[-1],
+        samples["coupon"],
+        tmp_path,
+    )
     assert max(abs(a - b) for a, b in zip(deployed["coupon"], local, strict=True)) <= 2e-6
-
-
-def local_predictions(kube_cluster, tmp_path, token, name, samples) -> list[float]:
-    env = {**releases.kube_env(kube_cluster), "ELASTICCTR_FILESERVER_TOKEN": token}
-    fs_port, serve_port = free_port(), free_port()
-    procs = []
-    try:
-        procs.append(subprocess.Popen(
-            [*ECTL, "port-forward", "fileserver", "-R", PLATFORM, "-n", NS, "-p", str(fs_port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        wait_until(
-            "the fileserver port-forward",
-            lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code == 200,
-            120, kube_cluster, NS,
-        )  # fmt: skip
-        procs.append(subprocess.Popen(
-            [*ECTL, "serve", "--store", f"http://127.0.0.1:{fs_port}/models/scenarios/{name}",
-             "--version", HOURS[-1], "--port", str(serve_port), "--poll-interval", "2",
-             "--cache", str(tmp_path / "cache")],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),
-        ))  # fmt: skip
-        url = f"http://127.0.0.1:{serve_port}"
-
-        def answered():
-            proc = subprocess.run(
-                [*ECTL, "predict", str(samples), "--url", url],
-                capture_output=True, text=True, timeout=120, env=env,
-            )  # fmt: skip
-            return proc if proc.returncode == 0 else None
-
-        run = wait_until("local ectl serve", answered, 300, kube_cluster, NS)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(30)
-    assert f"version={HOURS[-1]}" in run.stderr
-    return [float(x) for x in run.stdout.split()]
 
 
 def test_removing_a_scenario_leaves_the_other_served(kube_cluster, platform, tmp_path):

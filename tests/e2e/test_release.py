@@ -25,14 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from tests.conftest import REPO
 from tests.e2e import releases
 from tests.e2e.conftest import wait_until
 
 from elasticctr.cli.status import component_name
-from elasticctr.net import free_port
 
 # The first test's set-up publishes every image (cold: ~2 GB into the registry) and the
 # cluster pulls them all; each later test waits for training on a 2-core machine.
@@ -222,43 +220,10 @@ def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
         *ECTL, "predict", str(samples),
     )  # fmt: skip
     assert f"version={version}" in deployed.stderr, deployed.stderr
-    token = fileserver_token(kube_cluster)
-    env = {**_env(kube_cluster), "ELASTICCTR_FILESERVER_TOKEN": token}
-    fs_port, serve_port = free_port(), free_port()
-    procs = []
-    try:
-        procs.append(subprocess.Popen(
-            [*ECTL, "port-forward", "fileserver", "-R", RELEASE, "-n", NS, "-p", str(fs_port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        wait_until(
-            "the fileserver port-forward",
-            lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code == 200,
-            120, kube_cluster, NS,
-        )  # fmt: skip
-        procs.append(subprocess.Popen(
-            [*ECTL, "serve", "--store", f"http://127.0.0.1:{fs_port}/models", "--version",
-             version, "--port", str(serve_port), "--poll-interval", "2", "--cache",
-             str(tmp_path / "cache")],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),
-        ))  # fmt: skip
-        url = f"http://127.0.0.1:{serve_port}"
-
-        def answered():
-            proc = subprocess.run(
-                [*ECTL, "predict", str(samples), "--url", url],
-                capture_output=True, text=True, timeout=120, env=env,
-            )  # fmt: skip
-            return proc if proc.returncode == 0 else None
-
-        local_run = wait_until("local ectl serve", answered, 300, kube_cluster, NS)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(30)
-    assert f"version={version}" in local_run.stderr
+    theirs = releases.local_predictions(
+        kube_cluster, NS, RELEASE, "models", version, samples, tmp_path
+    )
     ours = [float(x) for x in deployed.stdout.split()]
-    theirs = [float(x) for x in local_run.stdout.split()]
     assert len(ours) == len(theirs) == 300
     assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) <= 2e-6
 

@@ -291,21 +291,25 @@ class Transfer:
                 self.echo(f"removed old version {v}")
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
-        """Poll until `stop()`; waits for unreachable shards (pods start in any order),
-        but a shard list that does not match the shards is a configuration error."""
-        while not stop():
-            try:
-                self.check_shards()
-                break
-            except ShardError as exc:
-                self.echo(f"waiting for shards: {exc}")
-                time.sleep(interval)
-        while not stop():
-            try:
-                self.poll_once()
-            except EctlError as exc:
-                self.echo(f"poll failed: {exc}")
+        _watch(self, interval, stop)
+
+
+def _watch(t: Transfer | PlatformTransfer, interval: float, stop: Callable[[], bool]) -> None:
+    """Poll until `stop()`; waits for unreachable shards (pods start in any order), but a
+    shard list that does not match the shards is a configuration error."""
+    while not stop():
+        try:
+            t.check_shards()
+            break
+        except ShardError as exc:
+            t.echo(f"waiting for shards: {exc}")
             time.sleep(interval)
+    while not stop():
+        try:
+            t.poll_once()
+        except EctlError as exc:
+            t.echo(f"poll failed: {exc}")
+        time.sleep(interval)
 
 
 class PlatformTransfer:
@@ -460,13 +464,4 @@ class PlatformTransfer:
         return out
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
-        while not stop():
-            try:
-                self.check_shards()
-                break
-            except ShardError as exc:
-                self.echo(f"waiting for shards: {exc}")
-                time.sleep(interval)
-        while not stop():
-            self.poll_once()
-            time.sleep(interval)
+        _watch(self, interval, stop)
