@@ -280,22 +280,16 @@ def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any
             doc = _try("serving", _proxy_get, core, namespace, svcs[0], "v1/scenarios")
             served = doc.get("scenarios", {}) if isinstance(doc, dict) else {}
         jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            *VOLCANO[:2], namespace, VOLCANO[2], label_selector=scenarios.LABEL_SCENARIO
-        )
+            *VOLCANO[:2], namespace, VOLCANO[2],
+            label_selector=f"{scenarios.LABEL_PLATFORM}={platform},{scenarios.LABEL_SCENARIO}",
+        )  # fmt: skip
     except Exception as exc:
         raise common.kube_error(exc, "cannot read the platform") from exc
     finally:
         api.close()
-    by_scenario: dict[str, dict] = {}
-    for job in jobs.get("items", []):
-        name = (job["metadata"].get("labels") or {}).get(scenarios.LABEL_SCENARIO)
-        if name:
-            by_scenario[name] = job
-    # Volcano keeps the pod template's labels on the pods, not on the Job: map by release.
-    for job in jobs.get("items", []):
-        inst = (job["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")
-        if inst in registered and inst not in by_scenario:
-            by_scenario[inst] = job
+    by_scenario = {
+        job["metadata"]["labels"][scenarios.LABEL_SCENARIO]: job for job in jobs.get("items", [])
+    }
     rows = []
     for name, sc in sorted(registered.items()):
         job = by_scenario.get(name, {})
