@@ -107,6 +107,11 @@ def status(
     console.print(table)
     for key, url in state["endpoints"].items():
         console.print(f"{key}: {url}")
+    if state.get("scenarios"):
+        from elasticctr.scenarios import DirRegistry
+
+        names = ", ".join(DirRegistry(state["scenarios"]).list()) or "none but the default"
+        console.print(f"scenarios: {names} (folder {state['scenarios']})")
 
 
 @local_app.command("down")
