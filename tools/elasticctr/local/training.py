@@ -487,30 +487,16 @@ def run_jobs(
 
 
 def run_elastic(
-    values: Path,
-    log_dir: Path,
-    pservers: int,
-    trainers: int,
-    checkpoint_dir: Path,
-    *,
-    resume: bool = False,
-    timeout: float | None = None,
-    echo=None,
-    on_tick=None,
-    report_every: float = 10.0,
-    checkpoint_every: int | None = None,
-    stream: bool = False,
-    env: dict[str, str] | None = None,
+    *job_args, timeout: float | None = None, on_tick=None, stream: bool = False, **job_options
 ) -> LocalRun:
     """`ectl train --local`, `ectl quickstart` and the local deployment's training: one
-    `elastic_job` run until it finishes (`run_jobs`). Raises EctlError when the job
-    fails. `on_tick()` runs every ~0.3 s while it trains; `stream` echoes every role's
-    log lines with a `[role-i]` prefix."""
-    echo = echo or (lambda _m: None)
-    job = elastic_job(
-        values, log_dir, pservers, trainers, checkpoint_dir, resume=resume, echo=echo,
-        report_every=report_every, checkpoint_every=checkpoint_every, env=env,
-    )  # fmt: skip
+    `elastic_job(*job_args, **job_options)` (values, log_dir, pservers, trainers,
+    checkpoint_dir; resume, echo, report_every, checkpoint_every, env) run until it
+    finishes (`run_jobs`). Raises EctlError when the job fails. `on_tick()` runs every
+    ~0.3 s while it trains; `stream` echoes every role's log lines with a `[role-i]`
+    prefix."""
+    echo = job_options.get("echo") or (lambda _m: None)
+    job = elastic_job(*job_args, **job_options)
     tail = _Tail(echo)
 
     def pump() -> None:
