@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests import server_log
 
 from elasticctr import constants as C
 from elasticctr.net import free_port
@@ -42,8 +43,12 @@ TEST_BUCKET = "ectl-tests"
 collection per bucket, so a bucket per test would use up the small volume budget)."""
 
 # `weed` dies with its parent: the shell waits for EOF on stdin (the test process holds
-# the pipe's other end, closed on exit or SIGKILL), then kills its own process group.
-_SUPERVISOR = 'trap "" INT; "$@" <&- & child=$!; cat >/dev/null; kill -TERM "$child"; wait'
+# the pipe's other end, closed on exit or SIGKILL), then sends weed SIGTERM and, after the
+# grace, SIGKILL (weed's own graceful shutdown can hang for 15 s, see stop()).
+_SUPERVISOR = (
+    'trap "" INT; "$@" <&- & child=$!; cat >/dev/null; kill -TERM "$child"; '
+    f'sleep {STOP_GRACE_S:g}; kill -KILL "$child" 2>/dev/null; wait'
+)
 
 
 def weed_binary() -> Path:
@@ -74,13 +79,10 @@ class SeaweedS3:
 
     @property
     def log_path(self) -> Path:
-        return self.base_dir.parent / f"{self.base_dir.name}.log"
+        return server_log.log_path(self.base_dir)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return server_log.log_tail(self.log_path, lines)
 
     @property
     def env(self) -> dict[str, str]:
@@ -216,12 +218,13 @@ class SeaweedS3:
         with contextlib.suppress(OSError):
             if proc.stdin:
                 proc.stdin.close()  # the supervisor shell sends weed SIGTERM
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + STOP_GRACE_S + 1
         while time.monotonic() < deadline:
             if proc.poll() is not None and not self._group_alive(proc.pid):
                 break  # the shell is reaped here; weed, reparented, by init
             time.sleep(0.05)
-        self._signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group is left
         proc.wait(10)
 
     @staticmethod
@@ -232,20 +235,10 @@ class SeaweedS3:
             return False
         return True
 
-    @staticmethod
-    def _signal_group(pgid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
     @property
     def pid(self) -> int | None:
+        """The supervisor shell's pid, also the process group of weed."""
         return self._proc.pid if self._proc else None
-
-    def __enter__(self) -> SeaweedS3:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 @contextlib.contextmanager

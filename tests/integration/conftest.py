@@ -29,18 +29,22 @@ from tests.s3_fixture import TEST_BUCKET, SeaweedS3
 from elasticctr.net import free_port, wait_for_port
 
 
+def _running(server, what: str):
+    """Start a test server for the session (its failure fails the test) and stop it after."""
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(f"the test {what} did not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def minihdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniHdfs]:
     """The running MiniDFSCluster process (ports, pid, log, superuser)."""
-    cluster = MiniHdfs(tmp_path_factory.mktemp("minihdfs") / "cluster")
-    try:
-        cluster.start()
-    except RuntimeError as exc:
-        pytest.fail(f"the test HDFS did not start: {exc}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _running(MiniHdfs(tmp_path_factory.mktemp("minihdfs") / "cluster"), "HDFS")
 
 
 @pytest.fixture(scope="session")
@@ -58,15 +62,7 @@ def hdfs_dir(minihdfs: MiniHdfs) -> str:
 @pytest.fixture(scope="session")
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """The running SeaweedFS server (endpoint, credentials, ports, log, client())."""
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs") / "server")
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(f"the test S3 server did not start: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _running(SeaweedS3(tmp_path_factory.mktemp("seaweedfs") / "server"), "S3 server")
 
 
 @pytest.fixture
