@@ -10,19 +10,22 @@ ELASTICCTR_S3_PATH_STYLE); SeaweedFS checks the credentials.
 from __future__ import annotations
 
 import gzip
-import logging
-import threading
 import urllib.parse
 
 import numpy as np
 import pytest
 from tests.conftest import shared_path
-from tests.integration.test_hdfs_storage import SLOTS, assert_same_batch, sample_lines
+from tests.integration import _store_cases
+from tests.integration._store_cases import (
+    SLOTS,
+    assert_same_batch,
+    sample_lines,
+    write_partition,
+)
 from tests.s3_fixture import TEST_BUCKET
 
 from elasticctr import constants as C
 from elasticctr.constants import DONEFILE
-from elasticctr.coordinator.runtime import CoordinatorSettings, discover
 from elasticctr.cube.modelstore import write_version
 from elasticctr.data import partitions, storage
 from elasticctr.data.config import read_data_config, read_slot_conf
@@ -32,16 +35,6 @@ from elasticctr.modelstore import open_store
 from elasticctr.net import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def write_partition(root: str, hour: str, files: dict[str, bytes], done: bool = True) -> str:
-    """Upload one hour like a data producer: the part files, then the donefile last."""
-    url = partitions.partition_url(root, hour)
-    for name, data in files.items():
-        storage.write_bytes(storage.join(url, name), data)
-    if done:
-        storage.write_bytes(storage.join(url, DONEFILE), b"")
-    return url
 
 
 def key_of(url: str) -> tuple[str, str]:
@@ -107,72 +100,16 @@ def test_a_failed_write_leaves_the_old_object(s3_prefix):
 
 
 def test_partition_discovery_needs_the_donefile(s3_prefix):
-    root = storage.join(s3_prefix, "dataset")
-    write_partition(root, "20200401/00", {"part-00000": sample_lines(10, 1)})
-    write_partition(root, "20200401/01", {"part-00000": sample_lines(10, 2)}, done=False)
-    write_partition(root, "20200401/02", {"part-00000": sample_lines(10, 3)})
-    write_partition(root, "20200402/00", {"part-00000": sample_lines(10, 4)})
-    storage.write_bytes(storage.join(root, "README"), b"not a day")
-    storage.write_bytes(storage.join(root, "20200401", "xx", DONEFILE), b"")
-
-    found = partitions.list_partitions(root)
-    assert [p.id for p in found] == ["20200401/00", "20200401/02", "20200402/00"]
-    assert found[0].url == f"{root}/20200401/00"
-    in_range = partitions.list_partitions(root, "20200401/01", "20200401/23")
-    assert [p.id for p in in_range] == ["20200401/02"]
-    assert partitions.is_ready(root, "20200401/00")
-    assert not partitions.is_ready(root, "20200401/01")
-    assert partitions.data_files(found[0]) == [f"{root}/20200401/00/part-00000"]
+    _store_cases.check_partition_discovery(storage.join(s3_prefix, "dataset"))
 
 
 def test_follow_waits_for_an_hour_that_arrives_later(s3_prefix, caplog):
     """Listings are not cached: a later donefile is seen by the next poll."""
-    root = storage.join(s3_prefix, "dataset")
-    write_partition(root, "20200401/00", {"part-00000": sample_lines(10, 1)})
-    # Hour 01's data is there, its donefile is not: waited for and said so, not trained.
-    write_partition(root, "20200401/01", {"part-00000": sample_lines(10, 2)}, done=False)
-    stop = threading.Event()
-    seen: list[str] = []
-
-    def consume() -> None:
-        for part in partitions.follow_partitions(
-            root, "20200401/00", "20200401/01", poll_interval=0.2, stop=stop
-        ):
-            seen.append(part.id)
-
-    caplog.set_level(logging.WARNING, logger="elasticctr.data.partitions")
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
-    try:
-        reader.join(1.5)
-        assert seen == ["20200401/00"]
-        assert f"{root}/20200401/01: data files but no donefile" in caplog.text
-        storage.write_bytes(storage.join(root, "20200401", "01", DONEFILE), b"")
-        reader.join(30)
-        assert not reader.is_alive()
-        assert seen == ["20200401/00", "20200401/01"]
-    finally:
-        stop.set()
-        reader.join(5)
+    _store_cases.check_follow_waits_for_the_donefile(storage.join(s3_prefix, "dataset"), caplog)
 
 
 def test_coordinator_discovery_reads_sizes_from_s3(s3_prefix):
-    root = storage.join(s3_prefix, "dataset")
-    a, b = sample_lines(200, 1), sample_lines(70, 2)
-    write_partition(root, "20200401/05", {"part-00000": a, "part-00001": b})
-    settings = CoordinatorSettings(
-        dataset_path=root,
-        start="20200401/05",
-        end="20200401/05",
-        state_url=storage.join(s3_prefix, "model", "progress", "coordinator.json"),
-        poll_seconds=0.2,
-    )
-    specs = list(discover(settings, threading.Event()))
-    assert [s.partition for s in specs] == ["20200401/05"]
-    assert specs[0].files == (
-        (f"{root}/20200401/05/part-00000", len(a)),
-        (f"{root}/20200401/05/part-00001", len(b)),
-    )
+    _store_cases.check_coordinator_discovery(s3_prefix)
 
 
 def test_parser_reads_real_elasticctr_demo_data_from_s3(s3_prefix):

@@ -4,17 +4,12 @@ killed), and a missing build is a failure that says `make tools`."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
-from tests.integration.test_minihdfs import alive, port_open, wait_gone
-from tests.s3_fixture import REPO, SeaweedS3, require_weed
+from tests.integration._servers import alive, check_dies_with_its_parent, port_open, wait_gone
+from tests.s3_fixture import SeaweedS3, require_weed
 
 pytestmark = pytest.mark.integration
 
@@ -55,37 +50,16 @@ def test_server_starts_on_its_own_ports_and_stops_cleanly(tmp_path):
 
 def test_killing_the_test_process_takes_the_server_down(tmp_path):
     """pytest killed with SIGKILL runs no teardown: the supervisor shell must notice."""
-    script = textwrap.dedent(
+    check_dies_with_its_parent(
         f"""
-        import sys, time
-        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from tests.integration.test_seaweedfs import weed_pid
         from tests.s3_fixture import SeaweedS3
-        server = SeaweedS3(__import__("pathlib").Path({str(tmp_path / "s")!r})).start()
-        print(server.pid, server.ports["s3"], flush=True)
-        time.sleep(600)
-        """
+        server = SeaweedS3(Path({str(tmp_path / "s")!r})).start()
+        group, pid, port = server.pid, weed_pid(server.pid), server.ports["s3"]
+        """,
+        "weed",
     )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO
-    )
-    line = ""
-    try:
-        line = parent.stdout.readline()
-        assert line, "the helper process did not start a server"
-        shell, port = (int(x) for x in line.split())
-        weed = weed_pid(shell)
-        assert alive(weed) and port_open(port)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        assert wait_gone(weed, 30), "weed outlived its killed parent"
-        assert not port_open(port)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        if line:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(line.split()[0]), signal.SIGKILL)
 
 
 def test_missing_build_fails_with_make_tools(monkeypatch, tmp_path):
