@@ -307,10 +307,13 @@ def test_bad_path_style_setting_names_the_variable(s3_prefix, monkeypatch):
 
 
 @pytest.mark.slow
-def test_local_training_reads_s3_and_publishes_to_an_s3_model_store(s3_prefix, tmp_path):
+def test_local_training_reads_s3_and_publishes_to_an_s3_model_store(
+    seaweed_s3, s3_prefix, tmp_path
+):
     """`ectl data generate` writes two hours to s3://, `ectl train --local` (coordinator,
-    pserver, trainer as processes, configured only by the AWS_* environment) trains on
-    them and publishes one verified version per hour to an s3:// model store."""
+    pserver, trainer as processes) trains on them and publishes one verified version per
+    hour to an s3:// model store. The endpoint, region and path style come from the values
+    file's global.s3 (as the chart gives pods), only the credentials from the shell."""
     import os
     import subprocess
     import sys
@@ -325,6 +328,8 @@ def test_local_training_reads_s3_and_publishes_to_an_s3_model_store(s3_prefix, t
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert gen.returncode == 0, gen.stderr[-3000:]
+    settings = (C.ENV_S3_ENDPOINT, C.ENV_S3_REGION, C.ENV_S3_PATH_STYLE)
+    credentials_only = {k: v for k, v in os.environ.items() if k not in settings}
     values = tmp_path / "values.yaml"
     values.write_text(
         yaml.safe_dump(
@@ -333,6 +338,8 @@ def test_local_training_reads_s3_and_publishes_to_an_s3_model_store(s3_prefix, t
                     "data": {"path": data, "slots": list(range(6)),
                              "startDateHour": "20200401/00", "endDateHour": "20200401/01"},
                     "modelStore": store_url,
+                    "s3": {"endpoint": seaweed_s3.endpoint, "region": "us-east-1",
+                           "pathStyle": True},
                 },
                 "trainer": {"model": {"name": "lr", "batchSize": 256}},
             }
@@ -342,7 +349,7 @@ def test_local_training_reads_s3_and_publishes_to_an_s3_model_store(s3_prefix, t
         [*ectl, "train", "--local", "-p", "1", "-t", "1", "-f", str(values), "-q",
          "--log-dir", str(tmp_path / "logs"), "--checkpoint-dir", str(tmp_path / "ckpt"),
          "--timeout", "300"],
-        capture_output=True, text=True, timeout=400, env=dict(os.environ),
+        capture_output=True, text=True, timeout=400, env=credentials_only,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     store = open_store(store_url)

@@ -60,3 +60,20 @@ def test_url_to_fs_gives_bucket_and_key(monkeypatch):
     assert type(fs).__name__ == "S3FileSystem" and path == "ctr/data/20200401/00"
     assert storage.url_to_fs("s3://ctr")[1] == "ctr"
     assert storage.is_s3("s3://ctr/x") and not storage.is_s3("/tmp/s3")
+
+
+def test_values_global_s3_fills_the_environment_where_unset(monkeypatch):
+    for name in (C.ENV_S3_ENDPOINT, C.ENV_S3_REGION, C.ENV_S3_PATH_STYLE):
+        monkeypatch.setenv(name, "")  # recorded, so the test's own settings are undone
+        monkeypatch.delenv(name)
+    values = {"global": {"s3": {"endpoint": "http://sw:8333", "region": "", "pathStyle": True,
+                                "existingSecret": "s3-cred"}}}  # fmt: skip
+    assert storage.s3_env_from_values(values) == {
+        C.ENV_S3_ENDPOINT: "http://sw:8333",
+        C.ENV_S3_PATH_STYLE: "true",
+    }
+    monkeypatch.setenv(C.ENV_S3_PATH_STYLE, "false")  # the environment (a pod's) wins
+    storage.apply_s3_values(values)
+    assert storage.S3Settings.from_env().endpoint == "http://sw:8333"
+    assert storage.S3Settings.from_env().path_style is False
+    assert storage.s3_env_from_values({}) == {} == storage.s3_env_from_values({"global": None})

@@ -137,6 +137,30 @@ class S3Settings:
         return kwargs
 
 
+def s3_env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
+    """`global.s3` of a values file as the environment the chart gives pods (endpoint,
+    region, path style; never credentials, which come from a Secret or the shell)."""
+    s3 = ((values or {}).get("global") or {}).get("s3") or {}
+    if not isinstance(s3, Mapping):
+        return {}
+    env = {}
+    if s3.get("endpoint"):
+        env[ENV_S3_ENDPOINT] = str(s3["endpoint"])
+    if s3.get("region"):
+        env[ENV_S3_REGION] = str(s3["region"])
+    if isinstance(s3.get("pathStyle"), bool):
+        env[ENV_S3_PATH_STYLE] = "true" if s3["pathStyle"] else "false"
+    return env
+
+
+def apply_s3_values(values: Mapping[str, Any]) -> None:
+    """Local runs read the same values file as pods: set what `global.s3` says where the
+    environment does not set it already (in a pod the chart has set it from the same
+    values), so this process and the processes it starts reach the same store."""
+    for name, value in s3_env_from_values(values).items():
+        os.environ.setdefault(name, value)
+
+
 def is_s3(url: str) -> bool:
     return _scheme(url) == "s3"
 
