@@ -39,8 +39,9 @@ START_TIMEOUT_S = float(os.environ.get("SEAWEEDFS_START_TIMEOUT", "120"))
 STOP_GRACE_S = 2.0
 REGION = "us-east-1"
 TEST_BUCKET = "ectl-tests"
-"""Created at start; tests get their own prefix in it (SeaweedFS keeps a volume
-collection per bucket, so a bucket per test would use up the small volume budget)."""
+"""Created at start (the readiness probe writes there); tests get their own prefix in it
+(SeaweedFS keeps a volume collection per bucket, so a bucket per test would use up the
+small volume budget, and the first write to a new bucket waits for its volume)."""
 
 # `weed` dies with its parent: the shell waits for EOF on stdin (the test process holds
 # the pipe's other end, closed on exit or SIGKILL), then sends weed SIGTERM and, after the
@@ -159,7 +160,6 @@ class SeaweedS3:
             )
         try:
             self._wait_serves(started + timeout)
-            self.client().create_bucket(Bucket=TEST_BUCKET)
         except BaseException:
             self.stop()
             raise
@@ -187,9 +187,10 @@ class SeaweedS3:
 
     def _wait_serves(self, deadline: float) -> None:
         """A signed bucket create, PUT, GET and DELETE succeed (master, volume server,
-        filer and gateway are all up and the identities are loaded)."""
+        filer and gateway are all up and the identities are loaded). The probe runs in
+        the tests' bucket, so its first volume is grown here, not in the first test."""
         last: Exception | None = None
-        probe = "ectl-probe"
+        probe = TEST_BUCKET
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RuntimeError(
@@ -204,7 +205,6 @@ class SeaweedS3:
                 if body != b"ok":
                     raise RuntimeError(f"probe read back {body!r}")
                 client.delete_object(Bucket=probe, Key="probe")
-                client.delete_bucket(Bucket=probe)
                 return
             except Exception as exc:  # refused, 5xx while the volume server registers
                 last = exc

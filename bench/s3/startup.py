@@ -20,9 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench.hdfs.startup import round_trip_seconds  # noqa: E402
 from tests.s3_fixture import TEST_BUCKET, SeaweedS3, s3_env  # noqa: E402
-
-from elasticctr.data import storage  # noqa: E402
 
 
 def tree_rss_mib(pid: int) -> float:
@@ -41,16 +40,8 @@ def one_run(mib: int) -> dict[str, float]:
         rss = tree_rss_mib(server.pid)
         data = os.urandom(mib << 20)
         with s3_env(server):
-            url = f"s3://{TEST_BUCKET}/bench/blob"
-            t1 = time.monotonic()
-            storage.write_bytes(url, data)
-            assert storage.read_bytes(url) == data
-            s3_rt = time.monotonic() - t1
-        local = str(Path(tmp) / "blob")
-        t2 = time.monotonic()
-        storage.write_bytes(local, data)
-        assert storage.read_bytes(local) == data
-        local_rt = time.monotonic() - t2
+            s3_rt = round_trip_seconds(f"s3://{TEST_BUCKET}/bench/blob", data)
+        local_rt = round_trip_seconds(str(Path(tmp) / "blob"), data)
         t3 = time.monotonic()
         server.stop()
         stop = time.monotonic() - t3
