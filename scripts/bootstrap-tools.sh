@@ -111,6 +111,36 @@ hdfs_minicluster() {
 }
 hdfs_minicluster
 
+# Test S3 (docs/storage.md): SeaweedFS (Apache-2.0) with its S3 gateway, `weed`, built from the
+# pinned Go module. `go install` refuses it (its go.mod has replace directives), so the module is
+# downloaded (module proxy), copied writable and built with `go build ./weed`, once per version
+# into $CACHE/seaweedfs-<version>/weed; linked as .tools/bin/weed (tests/s3_fixture.py runs it).
+SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+seaweedfs() {
+  local cached="$CACHE/seaweedfs-$SEAWEEDFS_VERSION" src tmp
+  if [ ! -x "$cached/weed" ]; then
+    echo "building seaweedfs $SEAWEEDFS_VERSION from Go modules (cold: ~5 min, 7 CPU-min) ..." >&2
+    tmp=$(mktemp -d "$CACHE/.seaweedfs.XXXXXX") # same filesystem: the mv below is atomic
+    src=$(cd "$tmp" && go mod download -json "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -n "$src" ] && [ -d "$src" ] \
+      || { rm -rf "$tmp"; echo "bootstrap-tools: go mod download $SEAWEEDFS_MODULE failed" >&2; exit 1; }
+    cp -r "$src" "$tmp/src" && chmod -R u+w "$tmp/src"
+    mkdir "$tmp/out"
+    (cd "$tmp/src" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags \
+      "-s -w -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=${SEAWEEDFS_VERSION##*-}" \
+      -o "$tmp/out/weed" ./weed) >&2 \
+      || { rm -rf "$tmp"; echo "bootstrap-tools: building seaweedfs failed" >&2; exit 1; }
+    rm -rf "$tmp/src"
+    # Atomic publish; a concurrent bootstrap that won the race leaves its copy in place.
+    mv -T "$tmp/out" "$cached" 2>/dev/null || [ -x "$cached/weed" ]
+    rm -rf "$tmp"
+  fi
+  ln -sf "$cached/weed" "$BIN/weed"
+}
+seaweedfs
+
 # Real-cluster tests and the cluster harness (docs/cluster-tests.md).
 # Debian packages: etcd (etcd-server), a containerd for the kubelet (containerd, runc), the CNI
 # plugins (containernetworking-plugins), iptables/ipset/conntrack for kube-proxy, and a static
@@ -268,6 +298,7 @@ helm unittest --help >/dev/null 2>&1 || { echo "  helm-unittest  does not run" >
 report helm-unittest bash -c "helm plugin list | awk '\$1==\"unittest\" {print \"v\" \$2}'"
 report yamllint yamllint --version
 report hdfs-minicluster minihdfs --version
+report seaweedfs weed version
 report kube-apiserver kube-apiserver --version
 report kubelet kubelet --version
 report kube-proxy kube-proxy --version

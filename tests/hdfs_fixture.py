@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests import server_log
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "scripts" / "hdfs" / "minihdfs"
@@ -81,13 +82,10 @@ class MiniHdfs:
 
     @property
     def log_path(self) -> Path:
-        return self.base_dir.parent / f"{self.base_dir.name}.log"
+        return server_log.log_path(self.base_dir)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return server_log.log_tail(self.log_path, lines)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> MiniHdfs:
         require_minihdfs()

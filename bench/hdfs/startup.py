@@ -37,6 +37,14 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def round_trip_seconds(url: str, data: bytes) -> float:
+    """Write `data` to `url` and read it back through elasticctr.data.storage (seconds)."""
+    started = time.monotonic()
+    storage.write_bytes(url, data)
+    assert storage.read_bytes(url) == data
+    return time.monotonic() - started
+
+
 def one_run(java_opts: str | None, mib: int) -> dict[str, float]:
     if java_opts is None:
         os.environ.pop("MINIHDFS_JAVA_OPTS", None)
@@ -49,16 +57,8 @@ def one_run(java_opts: str | None, mib: int) -> dict[str, float]:
         ready = time.monotonic() - t0
         rss = rss_mib(cluster.pid)
         data = os.urandom(mib << 20)
-        url = cluster.make_open_dir("/bench") + "/blob"
-        t1 = time.monotonic()
-        storage.write_bytes(url, data)
-        assert storage.read_bytes(url) == data
-        hdfs_rt = time.monotonic() - t1
-        local = str(Path(tmp) / "blob")
-        t2 = time.monotonic()
-        storage.write_bytes(local, data)
-        assert storage.read_bytes(local) == data
-        local_rt = time.monotonic() - t2
+        hdfs_rt = round_trip_seconds(cluster.make_open_dir("/bench") + "/blob", data)
+        local_rt = round_trip_seconds(str(Path(tmp) / "blob"), data)
         t3 = time.monotonic()
         cluster.stop()
         stop = time.monotonic() - t3

@@ -105,7 +105,9 @@ BAD_VALUES = [
     ({"serving": {"replicss": 2}}, "additional properties 'replicss' not allowed"),
     ({"global": {"data": {"startDateHour": "2020-04-01"}}}, "at '/global/data/startDateHour'"),
     ({"global": {"scenario": {"name": "Coupon_1"}}}, "at '/global/scenario/name'"),
-    ({"global": {"data": {"path": "s3://bucket/data"}}}, "at '/global/data/path'"),
+    ({"global": {"data": {"path": "gs://bucket/data"}}}, "at '/global/data/path'"),
+    ({"global": {"s3": {"endpoint": "seaweedfs:8333"}}}, "at '/global/s3/endpoint'"),
+    ({"global": {"s3": {"pathStyle": "yes"}}}, "at '/global/s3/pathStyle'"),
     ({"mlflow": {"backendStore": {"type": "mysql"}}}, "value must be one of 'sqlite', 'external'"),
     ({"mlflow": {"image": {"tag": "latest"}}}, "at '/image/tag'"),
     ({"global": {"data": {"maxErrorRate": 2}}}, "at '/global/data/maxErrorRate'"),
@@ -201,6 +203,15 @@ AGREEMENT_CASES = [
         **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
     },
     {"global": {"scenario": {"name": "coupon"}}, "trainer": {"enabled": False}},
+    {
+        "fileserver": {"enabled": False},
+        "global": {
+            "data": {"path": "s3://ctr/data"},
+            "modelStore": "s3://ctr/models",
+            "s3": {"endpoint": "http://seaweedfs:8333", "pathStyle": True, "existingSecret": "s3"},
+        },
+    },
+    {"global": {"s3": {"existingSecret": "s3", "accessKeyIdKey": "k", "secretAccessKeyKey": "k"}}},
 ]
 
 

@@ -1,11 +1,15 @@
-"""Fixtures for integration tests: a real HDFS (MiniDFSCluster) and a real MLflow tracking
-server, each shared by the session.
+"""Fixtures for integration tests: a real HDFS (MiniDFSCluster), a real S3 server
+(SeaweedFS) and a real MLflow tracking server, each shared by the session.
 
 `hdfs_cluster` yields the ``hdfs://127.0.0.1:PORT`` URL of one MiniDFSCluster started for the
 whole session (about 5 s to start; see docs/hdfs.md); `hdfs_dir` gives each test its own
 empty, world-writable folder URL on it. Permissions are enforced, so HDFS_UGI matters: the
 OS user running the tests is the HDFS superuser; any other user may write only under
 `hdfs_dir` (and `/tests`).
+
+`seaweed_s3` is one SeaweedFS S3 gateway for the session (docs/storage.md); `s3_prefix`
+gives each test a fresh ``s3://ectl-tests/<random>`` and points this test's S3 client
+environment (AWS_ENDPOINT_URL, credentials, path style) at the server.
 """
 
 from __future__ import annotations
@@ -20,22 +24,27 @@ from pathlib import Path
 
 import pytest
 from tests.hdfs_fixture import TEST_ROOT, MiniHdfs
+from tests.s3_fixture import TEST_BUCKET, SeaweedS3
 
 from elasticctr.net import free_port, wait_for_port
+
+
+def _running(server, what: str):
+    """Start a test server for the session (its failure fails the test) and stop it after."""
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(f"the test {what} did not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def minihdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniHdfs]:
     """The running MiniDFSCluster process (ports, pid, log, superuser)."""
-    cluster = MiniHdfs(tmp_path_factory.mktemp("minihdfs") / "cluster")
-    try:
-        cluster.start()
-    except RuntimeError as exc:
-        pytest.fail(f"the test HDFS did not start: {exc}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _running(MiniHdfs(tmp_path_factory.mktemp("minihdfs") / "cluster"), "HDFS")
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +57,21 @@ def hdfs_cluster(minihdfs: MiniHdfs) -> str:
 def hdfs_dir(minihdfs: MiniHdfs) -> str:
     """A fresh, existing, world-writable (0777) folder URL on the test HDFS for this test."""
     return minihdfs.make_open_dir(f"{TEST_ROOT}/{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """The running SeaweedFS server (endpoint, credentials, ports, log, client())."""
+    yield from _running(SeaweedS3(tmp_path_factory.mktemp("seaweedfs") / "server"), "S3 server")
+
+
+@pytest.fixture
+def s3_prefix(seaweed_s3: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://ectl-tests/<random>``, with the S3 client environment set for this test."""
+    for name, value in seaweed_s3.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    return f"s3://{TEST_BUCKET}/{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

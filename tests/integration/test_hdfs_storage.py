@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 import urllib.parse
 import urllib.request
 
-import numpy as np
 import pytest
 from tests.conftest import shared_path
+from tests.integration import _store_cases
+from tests.integration._store_cases import SLOTS, assert_same_batch, sample_lines
 
 from elasticctr.constants import DONEFILE
-from elasticctr.coordinator.runtime import CoordinatorSettings, discover
 from elasticctr.data import partitions, storage
 from elasticctr.data.config import read_data_config, read_slot_conf
 from elasticctr.data.parser import iter_batches, parse_bytes, read_file
@@ -25,46 +24,16 @@ from elasticctr.errors import EctlError, ValidationError
 
 pytestmark = pytest.mark.integration
 
-SLOTS = [0, 1, 2, 5, 7]
 UGI = "ctruser,ctrpassword"  # ElasticCTR's HDFS_UGI: "user,password"
 
 
-def sample_lines(n: int, seed: int, slots: list[int] = SLOTS) -> bytes:
-    """n valid ElasticCTR lines (uint64 feasigns incl. values above 2**63, missing and
-    repeated slots), deterministic for a seed."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        click = int(rng.random() < 0.2)
-        feats = []
-        for slot in slots:
-            for _ in range(int(rng.integers(0, 3))):  # 0: the slot is missing in this line
-                feats.append(f"{int(rng.integers(0, 2**64 - 1, dtype=np.uint64))}:{slot}")
-        out.append(" ".join(["1", str(click), *feats]))
-    return ("\n".join(out) + "\n").encode()
-
-
 def write_partition(root: str, hour: str, files: dict[str, bytes], done: bool = True) -> str:
-    """Upload one hour like a data producer: the part files, then the donefile last."""
-    url = partitions.partition_url(root, hour)
-    for name, data in files.items():
-        storage.write_bytes(storage.join(url, name), data, hdfs_ugi=UGI)
-    if done:
-        storage.write_bytes(storage.join(url, DONEFILE), b"", hdfs_ugi=UGI)
-    return url
+    return _store_cases.write_partition(root, hour, files, done, UGI)
 
 
 def owner(url: str) -> str:
     fs, path = storage.url_to_fs(url, UGI)
     return fs.info(path)["owner"]
-
-
-def assert_same_batch(a, b) -> None:
-    assert len(a) == len(b)
-    assert np.array_equal(a.show, b.show) and np.array_equal(a.click, b.click)
-    for j in range(len(a.slots)):
-        assert np.array_equal(a.ids[j], b.ids[j])
-        assert np.array_equal(a.lengths[j], b.lengths[j])
 
 
 def test_cluster_is_a_real_namenode_on_loopback(minihdfs, hdfs_cluster):
@@ -106,70 +75,15 @@ def test_hourly_partitions_round_trip(hdfs_dir):
 
 
 def test_partition_discovery_needs_the_donefile(hdfs_dir):
-    root = storage.join(hdfs_dir, "dataset")
-    write_partition(root, "20200401/00", {"part-00000": sample_lines(10, 1)})
-    write_partition(root, "20200401/01", {"part-00000": sample_lines(10, 2)}, done=False)
-    write_partition(root, "20200401/02", {"part-00000": sample_lines(10, 3)})
-    write_partition(root, "20200402/00", {"part-00000": sample_lines(10, 4)})
-    # Folders that are not hours are ignored, not fatal.
-    storage.write_bytes(storage.join(root, "README"), b"not a day", hdfs_ugi=UGI)
-    storage.write_bytes(storage.join(root, "20200401", "xx", DONEFILE), b"", hdfs_ugi=UGI)
-
-    found = partitions.list_partitions(root, hdfs_ugi=UGI)
-    assert [p.id for p in found] == ["20200401/00", "20200401/02", "20200402/00"]
-    assert found[0].url == f"{root}/20200401/00"
-    in_range = partitions.list_partitions(root, "20200401/01", "20200401/23", hdfs_ugi=UGI)
-    assert [p.id for p in in_range] == ["20200401/02"]
-    assert partitions.is_ready(root, "20200401/00", UGI)
-    assert not partitions.is_ready(root, "20200401/01", UGI)
-    assert partitions.data_files(found[0], UGI) == [f"{root}/20200401/00/part-00000"]
+    _store_cases.check_partition_discovery(storage.join(hdfs_dir, "dataset"), UGI)
 
 
-def test_follow_waits_for_an_hour_that_arrives_later(hdfs_dir):
-    root = storage.join(hdfs_dir, "dataset")
-    write_partition(root, "20200401/00", {"part-00000": sample_lines(10, 1)})
-    stop = threading.Event()
-    seen: list[str] = []
-
-    def consume() -> None:
-        for part in partitions.follow_partitions(
-            root, "20200401/00", "20200401/01", poll_interval=0.2, stop=stop, hdfs_ugi=UGI
-        ):
-            seen.append(part.id)
-
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
-    try:
-        reader.join(1.5)
-        assert seen == ["20200401/00"]  # hour 01 is not there yet: still waiting
-        write_partition(root, "20200401/01", {"part-00000": sample_lines(10, 2)})
-        reader.join(30)
-        assert not reader.is_alive()
-        assert seen == ["20200401/00", "20200401/01"]
-    finally:
-        stop.set()
-        reader.join(5)
+def test_follow_waits_for_an_hour_that_arrives_later(hdfs_dir, caplog):
+    _store_cases.check_follow_waits_for_the_donefile(storage.join(hdfs_dir, "dataset"), caplog, UGI)
 
 
 def test_coordinator_discovery_reads_sizes_from_hdfs(hdfs_dir):
-    """The coordinator's own discovery (what hands data tasks to trainers) over hdfs://."""
-    root = storage.join(hdfs_dir, "dataset")
-    a, b = sample_lines(200, 1), sample_lines(70, 2)
-    write_partition(root, "20200401/05", {"part-00000": a, "part-00001": b})
-    settings = CoordinatorSettings(
-        dataset_path=root,
-        start="20200401/05",
-        end="20200401/05",
-        state_url=storage.join(hdfs_dir, "model", "progress", "coordinator.json"),
-        hdfs_ugi=UGI,
-        poll_seconds=0.2,
-    )
-    specs = list(discover(settings, threading.Event()))
-    assert [s.partition for s in specs] == ["20200401/05"]
-    assert specs[0].files == (
-        (f"{root}/20200401/05/part-00000", len(a)),
-        (f"{root}/20200401/05/part-00001", len(b)),
-    )
+    _store_cases.check_coordinator_discovery(hdfs_dir, UGI)
 
 
 def test_parser_reads_real_elasticctr_demo_data_from_hdfs(hdfs_dir):

@@ -4,46 +4,13 @@ missing build is a failure that says `make tools`."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
-from tests.hdfs_fixture import LAUNCHER, REPO, MiniHdfs, require_minihdfs
+from tests.hdfs_fixture import LAUNCHER, MiniHdfs, require_minihdfs
+from tests.integration._servers import alive, check_dies_with_its_parent, port_open
 
 pytestmark = pytest.mark.integration
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie counts as gone: it no longer runs, only its exit status waits to be read.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_second_cluster_gets_its_own_ports_and_stops_cleanly(minihdfs, tmp_path):
@@ -64,38 +31,16 @@ def test_second_cluster_gets_its_own_ports_and_stops_cleanly(minihdfs, tmp_path)
 
 def test_killing_the_test_process_takes_the_cluster_down(tmp_path):
     """pytest killed with SIGKILL runs no teardown: the JVM must notice on its own."""
-    script = textwrap.dedent(
+    check_dies_with_its_parent(
         f"""
-        import sys, time
-        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
         from tests.hdfs_fixture import MiniHdfs
-        cluster = MiniHdfs(__import__("pathlib").Path({str(tmp_path / "c")!r})).start()
-        print(cluster.pid, cluster.nn_port, flush=True)
-        time.sleep(600)
-        """
+        cluster = MiniHdfs(Path({str(tmp_path / "c")!r})).start()
+        group = pid = cluster.pid  # the launcher execs java
+        port = cluster.nn_port
+        """,
+        "minihdfs",
     )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO
-    )
-    line = ""
-    try:
-        line = parent.stdout.readline()
-        assert line, "the helper process did not start a cluster"
-        pid, port = (int(x) for x in line.split())
-        assert alive(pid) and port_open(port)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        assert wait_gone(pid, 30), "minihdfs outlived its killed parent"
-        assert not port_open(port)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        if line:
-            try:
-                os.killpg(int(line.split()[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def test_missing_build_fails_with_make_tools(monkeypatch, tmp_path):

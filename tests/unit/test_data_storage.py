@@ -55,8 +55,8 @@ def test_url_to_fs_schemes(tmp_path, monkeypatch):
     assert os.environ["HADOOP_USER_NAME"] == "alice"  # what hdfs-native reads
     fs, path = storage.url_to_fs("http://127.0.0.1:1/x/")
     assert path == "http://127.0.0.1:1/x/" and "http" in fs.protocol
-    with pytest.raises(EctlError, match="unsupported storage URL scheme 's3'"):
-        storage.url_to_fs("s3://bucket/x")
+    with pytest.raises(EctlError, match="unsupported storage URL scheme 'gs'"):
+        storage.url_to_fs("gs://bucket/x")
     with pytest.raises(EctlError, match="needs the namenode"):
         storage.url_to_fs("hdfs:///data")
     with pytest.raises(EctlError, match="empty storage URL"):

@@ -44,6 +44,23 @@ ENV_HDFS_UGI = "HDFS_UGI"
 carries no global.data.hdfsUgi (the chart sets it from trainer.hdfs.existingSecret); the
 model store (elasticctr.modelstore) reads it too."""
 
+# S3-compatible object stores (s3:// data and model store; docs/storage.md). The standard
+# AWS names where one exists, so an AWS SDK default (or an IAM role) works unchanged; the
+# chart sets them from global.s3 and its existingSecret (one named template per subchart).
+ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL"
+"""Endpoint URL of an S3-compatible store (global.s3.endpoint); empty = AWS S3 itself."""
+ENV_S3_REGION = "AWS_REGION"
+"""Region of the bucket (global.s3.region), e.g. us-east-1, cn-north-4, bj."""
+ENV_S3_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+ENV_S3_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+ENV_S3_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+"""The credentials (from global.s3.existingSecret); unset = the AWS SDK's own chain
+(shared credentials file, web identity / IAM role of the pod or instance)."""
+ENV_S3_PATH_STYLE = "ELASTICCTR_S3_PATH_STYLE"
+"""`true`: path-style requests (`ENDPOINT/bucket/key`, what SeaweedFS, MinIO and in-cluster
+stores need); `false`: virtual-hosted (`bucket.ENDPOINT/key`); unset: the SDK's choice
+(global.s3.pathStyle)."""
+
 DATA_FILE_PREFIX = "part-"
 """Data files of a partition are named part-*; other files (donefile, _SUCCESS) are not data."""
 
@@ -182,7 +199,7 @@ ENV_SERVING_TOKEN = "ELASTICCTR_SERVING_TOKEN"
 ENV_SERVING_URL = "ELASTICCTR_SERVING_URL"
 """Base URL of the prediction service for `ectl predict`."""
 ENV_MODEL_STORE = "ELASTICCTR_MODEL_STORE"
-"""URL of the model store (global.modelStore): file://, http(s):// fileserver, hdfs://."""
+"""URL of the model store (global.modelStore): file://, http(s):// fileserver, hdfs://, s3://."""
 SERVING_PORT = 8600
 SERVING_MAX_BATCH_SAMPLES = 1024
 """Most samples in one dynamic batch (chart: serving.batching.maxBatchSamples)."""

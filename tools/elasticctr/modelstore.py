@@ -9,8 +9,10 @@ version *is* (id, manifest, sha256, verify) is `elasticctr.versions`.
 Opening reads, when not passed explicitly:
 
 - ``ELASTICCTR_MODEL_STORE`` the store URL (global.modelStore): a path, ``file://``,
-  ``http(s)://`` (the fileserver) or ``hdfs://``; ``hdfs:///path`` takes the namenode from
-  the HDFS base address (global.data.hdfsAddress / data.config's HDFS_ADDRESS);
+  ``http(s)://`` (the fileserver), ``hdfs://`` or ``s3://bucket/prefix``; ``hdfs:///path``
+  takes the namenode from the HDFS base address (global.data.hdfsAddress / data.config's
+  HDFS_ADDRESS); an s3:// store is reached as `elasticctr.data.storage.S3Settings` says
+  (AWS_ENDPOINT_URL, AWS_REGION, ELASTICCTR_S3_PATH_STYLE and the AWS credentials);
 - ``ELASTICCTR_FILESERVER_TOKEN`` the bearer token sent on every http(s) request, reads
   included (a fileserver may protect reads);
 - ``HDFS_UGI`` (``user,password``) whose user is the HDFS user.
@@ -89,6 +91,8 @@ class ModelStore:
 
     def _names(self, url: str) -> list[str]:
         """Entry names directly under `url`; [] when it does not exist."""
+        if storage.is_s3(url):  # a missing bucket is an error there, not an empty store
+            return [name for name, _ in storage.list_names(url)]
         fs, path = self._fs(url)
 
         def ls() -> list[str]:
@@ -224,7 +228,8 @@ class ModelStore:
         """Copy a built, verified version into the store, donefile last; return its URL.
 
         Every file is written atomically (temp + rename on local/HDFS; the fileserver
-        renames uploads), and the donefile only after all the others, so a reader never
+        renames uploads; an S3 object appears only once uploaded whole), and the donefile
+        only after all the others, so a reader never
         sees a version whose donefile exists while files are missing.
         """
         local_dir = Path(local_dir)
@@ -265,7 +270,8 @@ def open_store(
     if not url:
         raise EctlError(
             "no model store given",
-            hint=f"set global.modelStore (or {ENV_MODEL_STORE}) to a path, http(s):// or hdfs://",
+            hint=f"set global.modelStore (or {ENV_MODEL_STORE}) to a path, http(s)://, "
+            "hdfs:// or s3://",
         )
     if token is None:
         token = os.environ.get(ENV_FILESERVER_TOKEN) or None

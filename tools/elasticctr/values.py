@@ -343,6 +343,16 @@ def cross_field_problems(values: Values) -> list[str]:
             )
         )
 
+    def s3_keys():
+        s3 = g.get("s3") or {}
+        if s3.get("existingSecret") and s3["accessKeyIdKey"] == s3["secretAccessKeyKey"]:
+            return (
+                f"global.s3.secretAccessKeyKey: must differ from global.s3.accessKeyIdKey "
+                f"({s3['accessKeyIdKey']}): they name the two keys of {s3['existingSecret']}"
+            )
+
+    rule(s3_keys)
+
     def date_order():
         start, end = str(data["startDateHour"]), data.get("endDateHour")
         if end and str(end) < start:

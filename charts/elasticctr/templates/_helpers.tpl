@@ -86,6 +86,9 @@ tools/elasticctr/values.py implements the same rules with the same messages for
     {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}
   {{- end -}}
 {{- end -}}
+{{- if and $g.s3.existingSecret (eq $g.s3.accessKeyIdKey $g.s3.secretAccessKeyKey) -}}
+  {{- $errs = append $errs (printf "global.s3.secretAccessKeyKey: must differ from global.s3.accessKeyIdKey (%s): they name the two keys of %s" $g.s3.accessKeyIdKey $g.s3.existingSecret) -}}
+{{- end -}}
 {{- if and $g.data.endDateHour (lt $g.data.endDateHour $g.data.startDateHour) -}}
   {{- $errs = append $errs (printf "global.data.endDateHour: %s is before global.data.startDateHour %s" $g.data.endDateHour $g.data.startDateHour) -}}
 {{- end -}}

@@ -61,7 +61,9 @@ def _slots(slots: str | None, slot_conf: str | None, default: str | None = "27")
 
 @data_app.command("generate")
 def generate_cmd(
-    output: str = typer.Argument(..., help="Where to write: path, file://, hdfs:// or http(s)://"),
+    output: str = typer.Argument(
+        ..., help="Where to write: path, file://, hdfs://, s3:// or http(s)://"
+    ),
     start: str = typer.Option("20200401/00", help="First hour, YYYYMMDD/HH."),
     hours: int = typer.Option(2, min=1, help="Number of hourly partitions."),
     lines: int = typer.Option(10_000, "--lines", "--lines-per-hour", min=1, help="Lines per hour."),

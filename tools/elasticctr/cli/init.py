@@ -184,7 +184,7 @@ def _ask(values: dict[str, Any]) -> dict[str, Any]:
     )
     if not data_config:
         path = typer.prompt(
-            "Training data URL (hdfs://, file://, http://; empty: the release's fileserver)",
+            "Training data URL (hdfs://, s3://, file://, http://; empty: the release's fileserver)",
             default="",
             show_default=False,
         )

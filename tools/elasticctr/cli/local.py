@@ -30,9 +30,12 @@ def _demo_values() -> Path:
 
 
 def _read_values(path: Path) -> dict:
+    from elasticctr.data import storage
     from elasticctr.values import load_files
 
-    return load_files([path])
+    values = load_files([path])
+    storage.apply_s3_values(values)  # global.s3, as the chart gives pods
+    return values
 
 
 def quickstart(

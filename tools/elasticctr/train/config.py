@@ -25,6 +25,7 @@ from elasticctr.constants import (
     ENV_TRAIN_THREADS,
     MAX_TRAIN_THREADS,
 )
+from elasticctr.data import storage
 from elasticctr.data.config import dataset_url
 from elasticctr.errors import ValidationError
 from elasticctr.modelstore import with_hdfs_address
@@ -143,8 +144,11 @@ def from_values(values: Mapping[str, Any]) -> TrainConfig:
 
 
 def load_values(path: str | Path) -> dict[str, Any]:
-    """The values file a role reads (same reader and errors as `ectl validate`)."""
-    return read_yaml_mapping(Path(path), "values file")
+    """The values file a role reads (same reader and errors as `ectl validate`); its
+    `global.s3` becomes the S3 environment where that is unset (`storage.apply_s3_values`)."""
+    values = read_yaml_mapping(Path(path), "values file")
+    storage.apply_s3_values(values)
+    return values
 
 
 def load(path: str | Path) -> TrainConfig:

@@ -157,3 +157,44 @@ slot.conf: |
   {{ . }}
   {{- end }}
 {{- end -}}
+
+{{/* Env of the data and model stores (docs/storage.md), in every role's container: HDFS_UGI
+(trainer.hdfs.existingSecret, else global.data.hdfsUgi in the config Secret) and, when a
+store is s3://, global.s3 as the AWS SDK's variables (credentials from its existingSecret). */}}
+{{- define "trainer.storeEnv" -}}
+{{- $v := .Values -}}
+{{- if $v.hdfs.existingSecret }}
+- name: HDFS_UGI
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.hdfs.existingSecret }}
+      key: {{ $v.hdfs.existingSecretKey }}
+{{- else if $v.global.data.hdfsUgi }}
+- name: HDFS_UGI
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "trainer.fullname" . }}-config
+      key: hdfsUgi
+{{- end }}
+{{- if or (hasPrefix "s3://" $v.global.data.path) (hasPrefix "s3://" $v.global.modelStore) }}
+{{- $s3 := $v.global.s3 }}
+{{- with $s3.endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $s3.region }}
+- name: AWS_REGION
+  value: {{ . | quote }}
+{{- end }}
+- name: ELASTICCTR_S3_PATH_STYLE
+  value: {{ ternary "true" "false" $s3.pathStyle | quote }}
+{{- if $s3.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.accessKeyIdKey }}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.secretAccessKeyKey }}}
+{{- end }}
+{{- end }}
+{{- end -}}

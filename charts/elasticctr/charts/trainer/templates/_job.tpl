@@ -156,19 +156,7 @@ spec:
         - name: ECTL_MLFLOW_REGISTERED_MODEL
           value: {{ printf "elasticctr-%s" . | quote }}
         {{- end }}
-        {{- if $v.hdfs.existingSecret }}
-        - name: HDFS_UGI
-          valueFrom:
-            secretKeyRef:
-              name: {{ $v.hdfs.existingSecret }}
-              key: {{ $v.hdfs.existingSecretKey }}
-        {{- else if $v.global.data.hdfsUgi }}
-        - name: HDFS_UGI
-          valueFrom:
-            secretKeyRef:
-              name: {{ include "trainer.fullname" $ctx }}-config
-              key: hdfsUgi
-        {{- end }}
+        {{- include "trainer.storeEnv" $ctx | nindent 8 }}
         - name: ELASTICCTR_FILESERVER_TOKEN
           valueFrom:
             secretKeyRef:
