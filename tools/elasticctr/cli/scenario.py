@@ -36,7 +36,6 @@ from elasticctr.cli.release import (
     TIMEOUT_OPTION,
     VALUES_OPTION,
     WAIT_OPTION,
-    _deploy,
 )
 from elasticctr.errors import EctlError
 
@@ -169,6 +168,10 @@ def add(
     scenarios/NAME of the platform's model store and is served at
     /v1/scenarios/NAME/predict once its first hour is exported.
     """
+    # Imported here: the images' entry points reach every verb module, and the install
+    # path pulls in pyhelm3, which only the CLI's `kube` extra has.
+    from elasticctr.cli.release import _deploy
+
     scenarios.check_name(name, field_name="scenario")
     target = Target(name, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
