@@ -1,30 +1,37 @@
-"""`ectl quickstart` end to end with small settings: every service as a real process,
-real Paddle PS training (elastic: leased byte ranges, every trainer gets work, every
-sample counted once), cube + serving switch to the newest version, MLflow holds the run,
-`ectl local status` sees it while it runs, and Ctrl-C stops everything."""
+"""`ectl quickstart` end to end with small settings: one platform (fileserver, MLflow, two
+cube shards, one cube-transfer, one serving process) with two scenarios of different slot
+configs and models, every part a real process; real Paddle PS training (elastic: leased
+byte ranges, every trainer gets work, every sample counted once) per scenario; cube +
+serving switch each scenario to its newest version; MLflow holds each scenario's run in
+its own experiment and its versions in its own registered model; `ectl local status`
+sees the platform while it runs, and Ctrl-C stops everything."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
 from elasticctr import constants as C
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
+VERSIONS = ["20200401/00", "20200401/01"]
 
 
-def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp_path):
+def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_path):
     workdir = tmp_path / "qs"
     proc = subprocess.Popen(
         [*ECTL, "quickstart", "--workdir", str(workdir), "--keep-running", "-o", "json"]
         # The demo's data model (16 slots, the demo vocabulary) and sample count (108k
-        # trained) in two training hours instead of three: one export less.
+        # trained) in two training hours instead of three: one export less. The second
+        # scenario (coupon) trains half as many lines.
         + ["--hours", "3", "--lines", "60000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -42,8 +49,14 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
             text=True,
         )
         assert status.returncode == 0, status.stderr
-        running = {p["component"] for p in json.loads(status.stdout)["processes"] if p["alive"]}
+        state = json.loads(status.stdout)
+        running = {p["component"] for p in state["processes"] if p["alive"]}
         assert {"serving", "mlflow", "cube-0", "cube-1", "cube-transfer"} <= running
+        # One platform: one serving process answers for both scenarios, each with its
+        # newest version; the default scenario (a single release's) has none here.
+        listed = httpx.get(f"{state['endpoints']['serving']}/v1/scenarios", timeout=10).json()
+        served = {n: s.get("version") for n, s in listed["scenarios"].items()}
+        assert served == {"default": None, "feed": VERSIONS[-1], "coupon": VERSIONS[-1]}, listed
         tracked = _mlflow_readback(workdir)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
@@ -52,30 +65,63 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     report = json.loads(out)
-    # Two training hours exported, the newest one is what serving answers with.
-    assert report["versions"] == ["20200401/00", "20200401/01"]
-    assert report["served_version"] == "20200401/01"
-    assert report["heldout"] == "20200401/02"
+    assert list(report["scenarios"]) == ["feed", "coupon"]
+    # Both registered in the platform's scenario folder, with their slot configs.
+    from elasticctr.scenarios import DirRegistry
+
+    registered = DirRegistry(workdir / "scenarios").list()
+    assert {n: (s.model, list(s.slots)) for n, s in registered.items()} == {
+        "feed": ("dnn", list(range(16))),
+        "coupon": ("wide_deep", list(range(100, 108))),
+    }
+    for name, sc in report["scenarios"].items():
+        _check_scenario(workdir, name, sc, tracked[name], report["endpoints"]["serving"])
+    feed, coupon = report["scenarios"]["feed"], report["scenarios"]["coupon"]
     # The demo data is learnable: served predictions of the held-out hour come within
-    # 0.03 of the oracle (the true click probabilities' AUC; docs/local.md).
-    assert report["oracle_auc"] - 0.03 <= report["auc"] <= report["oracle_auc"] + 0.01, report
+    # 0.03 of the oracle (the true click probabilities' AUC; docs/local.md); coupon,
+    # half the samples on 8 slots, within 0.05.
+    assert feed["oracle_auc"] - 0.03 <= feed["auc"] <= feed["oracle_auc"] + 0.01, feed
+    assert coupon["oracle_auc"] - 0.05 <= coupon["auc"] <= coupon["oracle_auc"] + 0.01, coupon
+    assert feed["samples"] > coupon["samples"] > 0
+    # Ctrl-C stopped everything: no process of this work folder is left.
+    leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+    assert not (workdir / "local.json").exists()
+
+
+def _check_scenario(workdir, name: str, report: dict, tracked: dict, serving: str) -> None:
+    """What the quickstart guarantees for each scenario."""
+    store = workdir / "store" / "scenarios" / name
+    # Two training hours exported into the scenario's own prefix of the model store; the
+    # newest one is what the one serving process answers with on the scenario's route.
+    assert report["store"] == str(store)
+    assert report["versions"] == VERSIONS
+    assert report["served_version"] == VERSIONS[-1]
+    assert report["heldout"] == "20200401/02"
+    assert report["predict_url"] == f"{serving}/v1/scenarios/{name}/predict"
     assert report["latency_ms_p50"] > 0
+    manifests = {v: json.loads((store / "versions" / v / "manifest.json").read_text())
+                 for v in VERSIONS}  # fmt: skip
+    assert all(m["model"]["name"] == report["model"] for m in manifests.values()), manifests
+    assert all(m["slots"] == report["slots"] for m in manifests.values()), manifests
     # Elastic training: both trainers trained, and every training line not held out (the
     # hash rule every trainer skips) was counted exactly once by the coordinator.
     assert sorted(report["trainer_samples"]) == ["0", "1"], report["trainer_samples"]
     assert all(n > 0 for n in report["trainer_samples"].values()), report["trainer_samples"]
-    trained = _trained(workdir, ["20200401/00", "20200401/01"])
+    trained = _trained(workdir, name, VERSIONS)
     assert sum(report["trainer_samples"].values()) == report["samples"] == trained["lines"]
     assert report["tasks"] >= 2 * 2  # each hour split into several tasks
     # Every export holds every row trained before it (the static launcher's could miss the
     # last sparse pushes); version 00's may hold more: hour 01 trains while it exports.
     # Nothing trains after the newest one, so it holds exactly the trained feasigns.
-    rows = {v: _manifest(workdir, v)["sparse"]["rows"] for v in report["versions"]}
-    assert rows["20200401/00"] >= trained["feasigns"]["20200401/00"], (rows, trained)
-    assert rows["20200401/01"] == trained["feasigns"]["20200401/01"], (rows, trained)
-    # MLflow (read back from the server while it ran) holds the training run with its
-    # per-partition metrics and the quickstart's final figures, in an experiment of the
-    # model-training kind; the printed link opens that view.
+    rows = {v: m["sparse"]["rows"] for v, m in manifests.items()}
+    assert rows[VERSIONS[0]] >= trained["feasigns"][VERSIONS[0]], (rows, trained)
+    assert rows[VERSIONS[1]] == trained["feasigns"][VERSIONS[1]], (rows, trained)
+    # MLflow (read back from the server while it ran) holds the scenario's training run
+    # in its own experiment, with its per-partition metrics and the quickstart's final
+    # figures, in an experiment of the model-training kind (the printed link opens that
+    # view), and both versions in the scenario's own registered model.
+    assert tracked["experiment"] == report["mlflow_experiment"] == f"elasticctr-{name}"
     assert tracked["run_id"] == report["mlflow_run"]
     assert {"auc", "logloss"} <= set(tracked["metrics"])
     assert tracked["metrics"]["heldout_auc"] == pytest.approx(report["auc"])
@@ -85,42 +131,49 @@ def test_quickstart_serves_newest_version_logs_to_mlflow_and_stops_on_ctrl_c(tmp
     assert report["mlflow_run_url"].endswith(
         f"/#/experiments/{tracked['experiment_id']}/runs/{report['mlflow_run']}?{C.MLFLOW_UI_QUERY}"
     )
-    # Ctrl-C stopped everything: no process of this work folder is left.
-    leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
-    assert not (workdir / "local.json").exists()
+    assert report["mlflow_registered_model"] == f"elasticctr-{name}"
+    assert tracked["registered"] == VERSIONS, tracked
 
 
 def _mlflow_readback(workdir) -> dict:
-    """The newest run on the quickstart's MLflow server: id, metrics, experiment kind."""
+    """Per scenario, from the quickstart's MLflow server: its experiment's one run (id,
+    metrics), the experiment's kind, and the versions of its registered model."""
     from mlflow.tracking import MlflowClient
 
     state = json.loads((workdir / "local.json").read_text())
     client = MlflowClient(state["endpoints"]["mlflow"])
-    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
-    (run,) = client.search_runs([experiment.experiment_id])
-    return {
-        "run_id": run.info.run_id,
-        "metrics": run.data.metrics,
-        "experiment_id": experiment.experiment_id,
-        "kind": experiment.tags.get(C.MLFLOW_EXPERIMENT_KIND_TAG),
-    }
+    experiments = [e for e in client.search_experiments() if e.name != "Default"]
+    assert sorted(e.name for e in experiments) == ["elasticctr-coupon", "elasticctr-feed"]
+    found = {}
+    for experiment in experiments:
+        name = experiment.name.removeprefix("elasticctr-")
+        (run,) = client.search_runs([experiment.experiment_id])
+        registered = client.search_model_versions(f"name = '{experiment.name}'")
+        found[name] = {
+            "experiment": experiment.name,
+            "run_id": run.info.run_id,
+            "metrics": run.data.metrics,
+            "experiment_id": experiment.experiment_id,
+            "kind": experiment.tags.get(C.MLFLOW_EXPERIMENT_KIND_TAG),
+            "registered": sorted(v.tags.get(C.MLFLOW_TAG_VERSION) for v in registered),
+        }
+    return found
 
 
-def _trained(workdir, hours: list[str]) -> dict:
-    """Read here from the files: the training hours' lines minus the held-out ones, and
-    per hour the distinct feasigns trained up to and including it."""
+def _trained(workdir, name: str, hours: list[str]) -> dict:
+    """Read here from the scenario's files: the training hours' lines minus the held-out
+    ones, and per hour the distinct feasigns trained up to and including it."""
     import numpy as np
 
     from elasticctr.train import config
     from elasticctr.train.elastic import _read, heldout_mask, take
 
-    cfg = config.load(workdir / "values.local.yaml")
+    cfg = config.load(workdir / f"values.{name}.yaml")
     lines = held = 0
     seen: set[int] = set()
     feasigns = {}
     for hour in hours:
-        for path in sorted((workdir / "data" / hour).glob("part-*")):
+        for path in sorted((workdir / "data" / name / hour).glob("part-*")):
             lines += sum(1 for ln in path.read_bytes().split(b"\n") if ln.strip())
             for batch in _read(cfg, f"file://{path}"):
                 mask = heldout_mask(batch)
@@ -132,10 +185,6 @@ def _trained(workdir, hours: list[str]) -> dict:
     return {"lines": lines - held, "feasigns": feasigns}
 
 
-def _manifest(workdir, version: str) -> dict:
-    return json.loads((workdir / "store" / "versions" / version / "manifest.json").read_text())
-
-
 def test_local_status_without_deployment_is_a_clear_error(tmp_path):
     proc = subprocess.run(
         [*ECTL, "local", "status", "--workdir", str(tmp_path)], capture_output=True, text=True
@@ -143,3 +192,30 @@ def test_local_status_without_deployment_is_a_clear_error(tmp_path):
     assert proc.returncode == 1
     assert "no local deployment" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_quickstart_refuses_bad_scenario_names_before_starting_anything(tmp_path):
+    proc = subprocess.run(
+        [*ECTL, "quickstart", "--workdir", str(tmp_path / "qs"), "--scenarios", "feed,feed"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert "--scenarios: scenario 'feed' is named twice" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "qs").exists()
+    # The other checks, in this process (run_quickstart plans before it creates anything).
+    from elasticctr.errors import EctlError
+    from elasticctr.local.quickstart import QuickstartOptions, plan_scenarios
+
+    for names, message in [
+        (("Feed", "coupon"), "--scenarios: 'Feed' is not a valid scenario name"),
+        (("feed", "a_b"), "--scenarios: 'a_b' is not a valid scenario name"),
+        (("default",), "'default' is the single release's scenario"),
+        (("a", "b", "c"), "expected one or two scenario names, got 3"),
+    ]:
+        opts = QuickstartOptions(workdir=tmp_path / "qs", values={}, scenarios=names)
+        with pytest.raises(EctlError, match=re.escape(message)):
+            plan_scenarios(opts)
+    plans = plan_scenarios(QuickstartOptions(workdir=tmp_path, values={}, scenarios=("solo",)))
+    assert [(p.name, p.model) for p in plans] == [("solo", "dnn")]

@@ -49,13 +49,24 @@ def quickstart(
         help="Distinct feasigns per slot (default: the demo data's, small enough that "
         "one pass learns it; elasticctr.data.generate.DEMO_VOCAB).",
     ),
-    pservers: int = typer.Option(1, "--pservers", "-p", min=1, help="Parameter servers."),
-    trainers: int = typer.Option(2, "--trainers", "-t", min=1, help="Trainers."),
+    pservers: int = typer.Option(
+        1, "--pservers", "-p", min=1, help="Parameter servers per scenario."
+    ),
+    trainers: int = typer.Option(2, "--trainers", "-t", min=1, help="Trainers per scenario."),
     shards: int = typer.Option(2, "--cube", "-b", min=1, help="Cube shards."),
+    scenario_names: str = typer.Option(
+        "feed,coupon",
+        "--scenarios",
+        help="Names of the platform's scenarios, comma-separated (one or two): the first "
+        "trains the values' model on --slots slots, the second wide_deep on 8 other "
+        "slots with half the lines.",
+    ),
     keep_running: bool = typer.Option(False, help="Keep everything running until Ctrl-C."),
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
 ) -> None:
-    """Run ElasticCTR end to end on this machine: demo data, PS training, cube, serving.
+    """Run ElasticCTR end to end on this machine: one platform (model store, MLflow, cube,
+    serving) with two scenarios, each with its own data, slots, model and elastic PS
+    training, both predicted through the one serving process.
 
     Example:
 
@@ -76,6 +87,7 @@ def quickstart(
         pservers=pservers,
         trainers=trainers,
         shards=shards,
+        scenarios=tuple(n.strip() for n in scenario_names.split(",")),
         keep_running=keep_running,
     )
     out = Console(stderr=True) if output == "json" else console
@@ -107,6 +119,11 @@ def status(
     console.print(table)
     for key, url in state["endpoints"].items():
         console.print(f"{key}: {url}")
+    if state.get("scenarios"):
+        from elasticctr.scenarios import DirRegistry
+
+        names = ", ".join(DirRegistry(state["scenarios"]).list()) or "none but the default"
+        console.print(f"scenarios: {names} (folder {state['scenarios']})")
 
 
 @local_app.command("down")

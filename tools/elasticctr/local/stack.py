@@ -1,8 +1,11 @@
 """The whole system as local processes: the same entry points the images run, wired
 together on loopback from one values file (docs/local.md).
 
-Services (long-running): fileserver, MLflow tracking server, N cube shards,
-cube-transfer, serving. Training (pservers + trainers) runs as a job beside them.
+The platform (long-running): fileserver, MLflow tracking server, N cube shards, one
+cube-transfer for every scenario registered in `<workdir>/scenarios` (a
+`scenarios.DirRegistry`) and one serving process routing by scenario. Training
+(a coordinator, pservers and trainers per scenario) runs as jobs beside them; a single
+values file is the `default` scenario (the store root, `/v1/predict`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import yaml
 
 from elasticctr import constants as C
+from elasticctr import scenarios
 from elasticctr.errors import EctlError
 from elasticctr.net import free_port
 from elasticctr.supervisor import Component, RestartPolicy, Supervisor, python_entry
@@ -67,6 +71,11 @@ class LocalStack:
     def logs(self) -> Path:
         return self.workdir / "logs"
 
+    @property
+    def registry(self) -> scenarios.DirRegistry:
+        """The platform's scenario folder (cube-transfer and serving follow it)."""
+        return scenarios.DirRegistry(self.workdir / scenarios.SCENARIOS_DIR)
+
     @classmethod
     def create(cls, workdir: Path, shards: int, *, fresh: bool) -> LocalStack:
         workdir = Path(workdir).resolve()
@@ -78,17 +87,21 @@ class LocalStack:
         return cls(workdir, shards, Endpoints.allocate(shards), tokens)
 
     # -- the values the roles read -----------------------------------------------------
-    def values_for_roles(self, user: dict[str, Any]) -> dict[str, Any]:
-        """The user's values with the local endpoints filled in (model store on disk,
-        the local MLflow server)."""
+    def values_for_roles(
+        self, user: dict[str, Any], scenario: str = scenarios.DEFAULT
+    ) -> dict[str, Any]:
+        """The user's values with the local endpoints filled in: the scenario's prefix of
+        the model store on disk (`scenarios.store_url`), the local MLflow server."""
         values = json.loads(json.dumps(user))  # deep copy, plain types
         glob = values.setdefault("global", {})
-        glob["modelStore"] = str(self.store)
+        glob["modelStore"] = scenarios.store_url(str(self.store), scenario)
         glob.setdefault("mlflow", {})["trackingUri"] = self.endpoints.mlflow
         return values
 
-    def write_values(self, values: dict[str, Any]) -> Path:
-        path = self.workdir / "values.local.yaml"
+    def write_values(self, values: dict[str, Any], scenario: str = scenarios.DEFAULT) -> Path:
+        """`values.local.yaml` (the default scenario) or `values.<scenario>.yaml`."""
+        name = "local" if scenario == scenarios.DEFAULT else scenarios.check_name(scenario)
+        path = self.workdir / f"values.{name}.yaml"
         path.write_text(yaml.safe_dump(values, sort_keys=False))
         return path
 
@@ -158,6 +171,8 @@ class LocalStack:
                     "--cube", ",".join(ep.cube),
                     "--port", str(_port(ep.serving)),
                     "--poll-interval", "2",
+                    "--cache", str(self.workdir / "serving-cache"),
+                    "--scenarios",
                 ),
                 env=env,
                 ready_port=(LOOPBACK, _port(ep.serving)),
@@ -170,6 +185,7 @@ class LocalStack:
             "--cube-root", str(self.workdir / "cube"),
             "--interval", str(transfer_interval),
             "--notify", f"{ep.serving}/admin/version",
+            "--scenarios", str(self.registry.root),
         ]  # fmt: skip
         for url in ep.cube:
             transfer += ["--shard-url", url]
@@ -190,6 +206,7 @@ class LocalStack:
             "endpoints": asdict(self.endpoints),
             "store": str(self.store),
             "logs": str(self.logs),
+            "scenarios": str(self.registry.root),
             "components": {name: supervisor.pid(name) for name in supervisor.running()},
             "updated": time.time(),
             **(extra or {}),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,9 +134,12 @@ class ElasticJob:
         max_restarts: int = 3,
         report_every: float | None = None,
         extra_trainer_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         echo=None,
     ):
+        """`env`: added to every process's environment (e.g. a scenario's MLflow names)."""
         self.log_dir = Path(log_dir)
+        self.env = dict(env or {})
         self.port = free_port(LOOPBACK)
         self.url = f"http://{LOOPBACK}:{self.port}"
         state = state_url or (self.log_dir / "coordinator.json").resolve().as_uri()
@@ -166,7 +170,7 @@ class ElasticJob:
             Component(
                 "coordinator",
                 coord_argv,
-                {},
+                dict(self.env),
                 ready_port=(LOOPBACK, self.port),
                 restart=RestartPolicy.ON_FAILURE,
             )
@@ -174,11 +178,12 @@ class ElasticJob:
         self.components.extend(roles)
         self.trainers = {c.name for c in self.components if c.name.startswith("trainer-")}
         self.killed: set[str] = set()
+        self._codes: dict[str, int] = {}  # exit codes of the roles that exited
         self._by_name = {c.name: c for c in self.components}
 
     def _elastic_role(self, comp: Component) -> Component:
         """A role component of `role_components` as this elastic job runs it."""
-        env = {**comp.env, C.ENV_TRAIN_ELASTIC: "1"}
+        env = {**comp.env, **self.env, C.ENV_TRAIN_ELASTIC: "1"}
         if not comp.name.startswith("trainer-"):
             return dataclasses.replace(comp, env=env)
         env[C.ENV_TRAINERS_NUM] = str(TRAINER_CAPACITY)
@@ -237,30 +242,36 @@ class ElasticJob:
         `on_tick()` runs every round (~0.3 s), e.g. to watch progress while the job
         restarts roles (which happens only inside this loop)."""
         deadline = time.monotonic() + timeout
-        codes: dict[str, int] = {}
-        while self.trainers - set(codes) - self.killed:
-            for name, code in self.sup.poll():
-                if name.startswith("pserver-"):
-                    self._restart_job(f"{name} exited with code {code}")
-                    codes.clear()
-                    break
-                codes[name] = code
-                if name in self.killed:
-                    continue
-                if code != 0 or not name.startswith("trainer-"):
-                    tail = self.sup.log_tail(name)
-                    raise EctlError(
-                        f"{name} exited with code {code}; its log ends:\n{tail}",
-                        hint=f"see {self.sup.log_path(name)}",
-                    )
-            self._note_resumed()
-            self._report()
+        while not self.poll_once():
             if on_tick is not None:
                 on_tick()
             if time.monotonic() > deadline:
                 raise EctlError(f"elastic job not finished in {timeout:.0f}s; logs {self.log_dir}")
             time.sleep(0.3)
-        return codes
+        return dict(self._codes)
+
+    def poll_once(self) -> bool:
+        """One round of `wait`: True once every trainer exited; raises EctlError on a
+        failure. A pserver's exit restarts the job here (Volcano's RestartJob)."""
+        if not self.trainers - set(self._codes) - self.killed:
+            return True
+        for name, code in self.sup.poll():
+            if name.startswith("pserver-"):
+                self._restart_job(f"{name} exited with code {code}")
+                self._codes.clear()
+                break
+            self._codes[name] = code
+            if name in self.killed:
+                continue
+            if code != 0 or not name.startswith("trainer-"):
+                tail = self.sup.log_tail(name)
+                raise EctlError(
+                    f"{name} exited with code {code}; its log ends:\n{tail}",
+                    hint=f"see {self.sup.log_path(name)}",
+                )
+        self._note_resumed()
+        self._report()
+        return not self.trainers - set(self._codes) - self.killed
 
     def _report(self) -> None:
         """Every `report_every` seconds, one line of the coordinator's progress."""
@@ -334,8 +345,11 @@ class LocalRun:
     restarts: int
 
     def trainer_samples(self) -> dict[str, int]:
-        """Samples each trainer trained (coordinator progress), by trainer name."""
-        return {name: int(t["samples"]) for name, t in self.progress["trainers"].items()}
+        """Samples each trainer trained (coordinator progress), by trainer name (in the
+        order of the trainer ids)."""
+        trainers = self.progress["trainers"]
+        order = sorted(trainers, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else n))
+        return {name: int(trainers[name]["samples"]) for name in order}
 
     def summary(self) -> str:
         p = self.progress
@@ -390,7 +404,7 @@ def local_task_mib(values: dict, trainers: int) -> float | None:
     return min(max(round(mib, 4), 0.001), float(C.DEFAULT_COORDINATOR_TASK_MIB))
 
 
-def run_elastic(
+def elastic_job(
     values: Path,
     log_dir: Path,
     pservers: int,
@@ -398,24 +412,19 @@ def run_elastic(
     checkpoint_dir: Path,
     *,
     resume: bool = False,
-    timeout: float | None = None,
     echo=None,
-    on_tick=None,
     report_every: float = 10.0,
     checkpoint_every: int | None = None,
-    stream: bool = False,
-) -> LocalRun:
-    """`ectl train --local`, `ectl quickstart` and the local deployment's training: an
-    ElasticJob with the values' `trainer.coordinator` settings (chart defaults otherwise;
-    taskMiB from `local_task_mib` when the values leave it out), until it finishes.
-    Raises EctlError when the job fails. `on_tick()` runs every ~0.3 s while it trains
-    (ElasticJob.wait); `stream` echoes every role's log lines with a `[role-i]` prefix;
-    `checkpoint_every` overrides trainer.coordinator.checkpointEvery."""
+    env: dict[str, str] | None = None,
+) -> ElasticJob:
+    """An ElasticJob with the values' `trainer.coordinator` settings (chart defaults
+    otherwise; taskMiB from `local_task_mib` when the values leave it out), not started;
+    `checkpoint_every` overrides trainer.coordinator.checkpointEvery, `env` is added to
+    every process's environment."""
     raw = config.load_values(values)
     coord = effective_values(raw)["trainer"]["coordinator"]
     echo = echo or (lambda _m: None)
     task_mib = local_task_mib(raw, trainers) or float(coord["taskMiB"])
-    t0 = time.monotonic()
     job = ElasticJob(
         Path(values).resolve(),
         log_dir,
@@ -427,25 +436,79 @@ def run_elastic(
         checkpoint_every=checkpoint_every or int(coord["checkpointEvery"]),
         resume=resume,
         report_every=report_every,
+        env=env,
         echo=echo,
     )
     echo(
         f"elastic job: coordinator {job.url}, {pservers} pserver(s), {trainers} trainer(s), "
         f"tasks of {task_mib:g} MiB"
     )
+    return job
+
+
+def run_jobs(
+    jobs: dict[str, ElasticJob], *, timeout: float | None = None, on_tick=None
+) -> dict[str, LocalRun]:
+    """Several elastic jobs side by side until each finished (the scenarios of a local
+    platform train at once); each is stopped as soon as it is done, so its processes
+    free their CPU for the others. Raises EctlError when one fails (every job is
+    stopped) or at `timeout`. `on_tick()` runs every ~0.3 s."""
+    t0 = time.monotonic()
+    deadline = t0 + (timeout if timeout is not None else float("inf"))
+    runs: dict[str, LocalRun] = {}
+    started: list[ElasticJob] = []
+    try:
+        for job in jobs.values():
+            job.__enter__()
+            started.append(job)
+        pending = dict(jobs)
+        while pending:
+            for name, job in list(pending.items()):
+                if job.poll_once():
+                    progress = job.client().progress()
+                    runs[name] = LocalRun(progress, time.monotonic() - t0, len(job.restarts))
+                    del pending[name]
+                    started.remove(job)
+                    job.__exit__(None, None, None)
+            if on_tick is not None:
+                on_tick()
+            if pending and time.monotonic() > deadline:
+                raise EctlError(
+                    f"elastic job(s) {', '.join(pending) or '?'} not finished in "
+                    f"{timeout:.0f}s; logs {', '.join(str(j.log_dir) for j in pending.values())}"
+                )
+            if pending:
+                time.sleep(0.3)
+    finally:
+        exc = sys.exc_info()
+        for job in reversed(started):
+            job.__exit__(*exc)
+    return runs
+
+
+def run_elastic(
+    *job_args, timeout: float | None = None, on_tick=None, stream: bool = False, **job_options
+) -> LocalRun:
+    """`ectl train --local`, `ectl quickstart` and the local deployment's training: one
+    `elastic_job(*job_args, **job_options)` (values, log_dir, pservers, trainers,
+    checkpoint_dir; resume, echo, report_every, checkpoint_every, env) run until it
+    finishes (`run_jobs`). Raises EctlError when the job fails. `on_tick()` runs every
+    ~0.3 s while it trains; `stream` echoes every role's log lines with a `[role-i]`
+    prefix."""
+    echo = job_options.get("echo") or (lambda _m: None)
+    job = elastic_job(*job_args, **job_options)
     tail = _Tail(echo)
 
-    def tick() -> None:
+    def pump() -> None:
         if stream:
             tail.pump({c.name: job.sup.log_path(c.name) for c in job.components})
+
+    def tick() -> None:
+        pump()
         if on_tick is not None:
             on_tick()
 
-    with job:
-        try:
-            job.wait(timeout if timeout is not None else float("inf"), on_tick=tick)
-        finally:
-            if stream:
-                tail.pump({c.name: job.sup.log_path(c.name) for c in job.components})
-        progress = job.client().progress()
-    return LocalRun(progress, time.monotonic() - t0, len(job.restarts))
+    try:
+        return run_jobs({"job": job}, timeout=timeout, on_tick=tick)["job"]
+    finally:
+        pump()
