@@ -54,12 +54,12 @@ def build(tmp: Path, n: int) -> np.ndarray:
 # --- the servers (run in a child process: `--serve KIND`) -------------------------------
 def _app(cube_root: Path, state_dir: Path):
     from elasticctr.cube.server import CubeApp
-    from elasticctr.cube.shard import ShardState
+    from elasticctr.cube.shard import Tables
 
-    state = ShardState(cube_root, state_dir, 0, 1, 2)
-    state.load(VERSION)
-    state.commit(VERSION)
-    return CubeApp(state)
+    tables = Tables(cube_root, state_dir, 0, 1, 2)
+    tables.default.load(VERSION)
+    tables.default.commit(VERSION)
+    return CubeApp(tables)
 
 
 def _bytes(body: bytes | list[bytes]) -> bytes:

@@ -539,3 +539,25 @@ def test_scenario_room_on_the_platforms_cube():
     assert msg.startswith("global.scenario.cubeMemoryMiB: 500 MiB does not fit")
     assert "600 MiB promised to 2 scenario(s)" in msg and "remove a scenario" in msg
     assert room_problem(1024, held, "a", 700) is None  # re-adding a counts its new budget only
+
+
+@pytest.mark.fast
+def test_registration_configmaps_are_parsed_and_checked_once():
+    """cube-transfer's registry and `ectl scenario list` read ConfigMaps through one parser."""
+    from elasticctr.errors import EctlError
+    from elasticctr.scenarios import Scenario, from_configmaps, registry_selector
+
+    def cm(name, label, data):
+        return {
+            "metadata": {"name": name, "labels": {"elasticctr.io/scenario": label}},
+            "data": data,
+        }
+
+    spec = Scenario("coupon", team="growth", slots=(0, 1)).to_json()
+    found = from_configmaps([cm("coupon-trainer-scenario", "coupon", {"scenario.json": spec})])
+    assert found["coupon"].team == "growth" and found["coupon"].slots == (0, 1)
+    with pytest.raises(EctlError, match="label elasticctr.io/scenario=feed but holds 'coupon'"):
+        from_configmaps([cm("x", "feed", {"scenario.json": spec})])
+    with pytest.raises(EctlError, match="ConfigMap x: no scenario.json key"):
+        from_configmaps([cm("x", "coupon", {})])
+    assert registry_selector("plat") == "elasticctr.io/platform=plat,elasticctr.io/scenario"

@@ -240,7 +240,7 @@ class KubeRegistry(Registry):
             ssl.create_default_context(cafile=self.ca) if Path(self.ca).is_file() else True
         )
         url = f"{self.api}/api/v1/namespaces/{self.namespace}/configmaps"
-        selector = f"{LABEL_PLATFORM}={self.platform},{LABEL_SCENARIO}"
+        selector = registry_selector(self.platform)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             resp = httpx.get(
@@ -257,19 +257,29 @@ class KubeRegistry(Registry):
                 f"scenario registry ({self.describe()}): HTTP {resp.status_code} {resp.text[:200]}",
                 hint="the platform's Role must allow list on configmaps",
             )
-        found: dict[str, Scenario] = {}
-        for item in resp.json().get("items", []):
-            meta = item.get("metadata", {})
-            where = f"ConfigMap {meta.get('name')}"
-            text = (item.get("data") or {}).get(SPEC_KEY)
-            if text is None:
-                raise EctlError(f"{where}: no {SPEC_KEY} key")
-            sc = Scenario.from_json(text, where)
-            label = (meta.get("labels") or {}).get(LABEL_SCENARIO)
-            if label != sc.name:
-                raise EctlError(f"{where}: label {LABEL_SCENARIO}={label} but holds {sc.name!r}")
-            found[sc.name] = sc
-        return found
+        return from_configmaps(resp.json().get("items", []))
+
+
+def registry_selector(platform: str) -> str:
+    """The label selector of a platform's registration ConfigMaps."""
+    return f"{LABEL_PLATFORM}={platform},{LABEL_SCENARIO}"
+
+
+def from_configmaps(items: list[dict[str, Any]]) -> dict[str, Scenario]:
+    """The scenarios of registration ConfigMaps (the API's JSON `items`), checked."""
+    found: dict[str, Scenario] = {}
+    for item in items:
+        meta = item.get("metadata", {})
+        where = f"ConfigMap {meta.get('name')}"
+        text = (item.get("data") or {}).get(SPEC_KEY)
+        if text is None:
+            raise EctlError(f"{where}: no {SPEC_KEY} key")
+        sc = Scenario.from_json(text, where)
+        label = (meta.get("labels") or {}).get(LABEL_SCENARIO)
+        if label != sc.name:
+            raise EctlError(f"{where}: label {LABEL_SCENARIO}={label} but holds {sc.name!r}")
+        found[sc.name] = sc
+    return found
 
 
 def _read(path: Path) -> str | None:

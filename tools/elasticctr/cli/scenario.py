@@ -36,7 +36,6 @@ from elasticctr.cli.release import (
     TIMEOUT_OPTION,
     VALUES_OPTION,
     WAIT_OPTION,
-    _deploy,
 )
 from elasticctr.errors import EctlError
 
@@ -92,25 +91,18 @@ def _registered(target: Target, platform: str, namespace: str) -> dict[str, scen
 
     api = common.kube_api_client(target)
     try:
-        items = (
-            client.CoreV1Api(api)
-            .list_namespaced_config_map(
-                namespace,
-                label_selector=f"{scenarios.LABEL_PLATFORM}={platform},{scenarios.LABEL_SCENARIO}",
-                _request_timeout=30,
-            )
-            .items
+        raw = client.CoreV1Api(api).list_namespaced_config_map(
+            namespace,
+            label_selector=scenarios.registry_selector(platform),
+            _request_timeout=30,
+            _preload_content=False,  # the API's JSON, what scenarios.from_configmaps reads
         )
+        items = json.loads(raw.data).get("items", [])
     except Exception as exc:
         raise common.kube_error(exc, "cannot list scenario registrations") from exc
     finally:
         api.close()
-    found = {}
-    for cm in items:
-        text = (cm.data or {}).get(scenarios.SPEC_KEY, "")
-        sc = scenarios.Scenario.from_json(text, f"ConfigMap {cm.metadata.name}")
-        found[sc.name] = sc
-    return found
+    return scenarios.from_configmaps(items)
 
 
 def _queue_exists(target: Target, queue: str) -> bool:
@@ -169,6 +161,10 @@ def add(
     scenarios/NAME of the platform's model store and is served at
     /v1/scenarios/NAME/predict once its first hour is exported.
     """
+    # Imported here: the images' entry points reach every verb module, and the install
+    # path pulls in pyhelm3, which only the CLI's `kube` extra has.
+    from elasticctr.cli.release import _deploy
+
     scenarios.check_name(name, field_name="scenario")
     target = Target(name, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
@@ -281,7 +277,7 @@ def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any
             served = doc.get("scenarios", {}) if isinstance(doc, dict) else {}
         jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
             *VOLCANO[:2], namespace, VOLCANO[2],
-            label_selector=f"{scenarios.LABEL_PLATFORM}={platform},{scenarios.LABEL_SCENARIO}",
+            label_selector=scenarios.registry_selector(platform),
         )  # fmt: skip
     except Exception as exc:
         raise common.kube_error(exc, "cannot read the platform") from exc

@@ -180,13 +180,7 @@ class CubeCollector:
 class CubeApp:
     """Routing and handlers; transport-independent (elasticctr.httpd feeds it Requests)."""
 
-    def __init__(self, tables: Tables | ShardState, admin_token: str | None = None):
-        if isinstance(tables, ShardState):  # one table (tests, tools): wrap it
-            one = Tables(
-                tables.cube_root, tables.state_dir, tables.shard, tables.num_shards, tables.keep
-            )
-            one.default = tables
-            tables = one
+    def __init__(self, tables: Tables, admin_token: str | None = None):
         self.tables = tables
         self.state = tables.default
         self.metrics = Metrics()

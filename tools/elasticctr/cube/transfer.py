@@ -28,6 +28,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -414,8 +415,6 @@ class PlatformTransfer:
         root = self.cube_root / scenarios.SCENARIOS_DIR
         for path in sorted(root.iterdir()) if root.is_dir() else []:
             if path.is_dir() and path.name not in self.registered:
-                import shutil
-
                 shutil.rmtree(path, ignore_errors=True)
                 dropped.add(path.name)
         if dropped:

@@ -23,6 +23,7 @@ One scenario's broken version or missing table never changes another's answers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ from elasticctr.serving.embeddings import (
     TableEmbeddings,
     VersionUnavailable,
     committed_of,
+    tables_of,
 )
 from elasticctr.serving.model import (
     DENSE_DIR,
@@ -520,8 +522,7 @@ class ScenarioSet:
             if isinstance(statuses, Exception):
                 raise statuses
             if statuses is not None:
-                held = [set(st.get("tables", {})) for st in statuses]
-                found = set.intersection(*held) if held else set()
+                found = tables_of(statuses)
             else:
                 loop = asyncio.get_running_loop()
                 found = set(await loop.run_in_executor(None, store.scenario_names, self.cfg.store))
@@ -583,16 +584,13 @@ class ServingApp:
                 self.tasks.append(loop.create_task(self.scenarios.poll_forever()))
 
     async def handle(self, req: Request) -> Response:
-        if req.path.startswith(_SCENARIO_PREFIX):
-            return await self._handle_scenario(req)
-        handler = self.routes.get((req.method, req.path))
-        route = req.path if req.path in self.paths else "other"
+        handler, route, known, protected = self._resolve(req)
         if handler is None:
-            if req.path in self.paths:
+            if known:
                 resp = Response.error(405, "method_not_allowed", f"{req.method} {req.path}")
             else:
                 resp = Response.error(404, "not_found", f"no route {req.path}")
-        elif req.path in self.protected and not self._authorized(req):
+        elif protected and not self._authorized(req):
             resp = Response.error(
                 401, "unauthorized", "send 'Authorization: Bearer <token>' (serving.auth)"
             )
@@ -605,40 +603,36 @@ class ServingApp:
         self.metrics.requests.labels(route, str(resp.status)).inc()
         return resp
 
-    async def _handle_scenario(self, req: Request) -> Response:
-        """`/v1/scenarios/{name}/predict|version`: the route label never carries the name
+    def _resolve(self, req: Request):
+        """(handler or None, metrics route label, path known, protected) of a request.
+        `/v1/scenarios/{name}/predict|version` is labelled with `{name}`, never the name
         (client input; metrics stay bounded)."""
-        name, _, action = req.path[len(_SCENARIO_PREFIX) :].partition("/")
-        route = f"{_SCENARIO_PREFIX}{{name}}/{action}"
-        if (req.method, action) not in _SCENARIO_ROUTES:
+        if req.path.startswith(_SCENARIO_PREFIX):
+            name, _, action = req.path[len(_SCENARIO_PREFIX) :].partition("/")
             known = action in {a for _, a in _SCENARIO_ROUTES}
-            route = route if known else "other"
-            resp = (
-                Response.error(405, "method_not_allowed", f"{req.method} {req.path}")
-                if known
-                else Response.error(404, "not_found", f"no route {req.path}")
+            route = f"{_SCENARIO_PREFIX}{{name}}/{action}" if known else "other"
+            if (req.method, action) not in _SCENARIO_ROUTES:
+                return None, route, known, True
+            return (
+                functools.partial(self._scenario_route, name=name, action=action),
+                route,
+                True,
+                True,
             )
-        elif not self._authorized(req):
-            resp = Response.error(
-                401, "unauthorized", "send 'Authorization: Bearer <token>' (serving.auth)"
-            )
-            resp.headers["WWW-Authenticate"] = "Bearer"
-        else:
-            mgr = self.scenarios.get(name)
-            if mgr is None:
-                known = ", ".join(sorted(self.scenarios.managers))
-                resp = Response.error(
-                    404, "unknown_scenario",
-                    f"no scenario {name[:64]!r} on this platform (serving: {known})",
-                )  # fmt: skip
-            else:
-                handler = self.predict if action == "predict" else self.version
-                try:
-                    resp = await handler(req, mgr)
-                except RequestError as exc:
-                    resp = Response.json(exc.status, exc.body())
-        self.metrics.requests.labels(route, str(resp.status)).inc()
-        return resp
+        known = req.path in self.paths
+        handler = self.routes.get((req.method, req.path))
+        return handler, req.path if known else "other", known, req.path in self.protected
+
+    async def _scenario_route(self, req: Request, *, name: str, action: str) -> Response:
+        mgr = self.scenarios.get(name)
+        if mgr is None:
+            known = ", ".join(sorted(self.scenarios.managers))
+            raise RequestError(
+                404, "unknown_scenario",
+                f"no scenario {name[:64]!r} on this platform (serving: {known})",
+            )  # fmt: skip
+        handler = self.predict if action == "predict" else self.version
+        return await handler(req, mgr)
 
     def _authorized(self, req: Request) -> bool:
         if not self.cfg.token:

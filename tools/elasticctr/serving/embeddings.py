@@ -194,11 +194,6 @@ class CubeEmbeddings:
         version yet"."""
         return committed_of(await self.statuses(), table)
 
-    async def tables(self) -> set[str]:
-        """Scenario tables held by every shard (not the default one)."""
-        held = [set(st.get("tables", {})) for st in await self.statuses()]
-        return set.intersection(*held) - {DEFAULT} if held else set()
-
     def close(self) -> None:
         for s in self.shards:
             s.close()
@@ -217,6 +212,12 @@ def committed_of(statuses: list[dict], table: str | None) -> str | None:
             f"cube shards disagree on the committed version{where}: {sorted(map(str, seen))}"
         )
     return seen.pop() if seen else None
+
+
+def tables_of(statuses: list[dict]) -> set[str]:
+    """Scenario tables every shard status lists (not the default one)."""
+    held = [set(st.get("tables", {})) for st in statuses]
+    return set.intersection(*held) - {DEFAULT} if held else set()
 
 
 class TableEmbeddings:
