@@ -58,6 +58,8 @@ MIN_SPLIT_BYTES = 64 << 10
 """A range is split for threads into pieces of at least this many bytes (the rest empty)."""
 TAIL_BYTES = 64 << 10
 """A streamed range's last line is read past the range's end in reads of this size."""
+FIRST_BYTES = 256 << 10
+"""A stream's first read: small, so the reader starts at once (then full blocks)."""
 PIPE_BYTES = 1 << 20
 """FIFO buffer between a stream and its reader (F_SETPIPE_SZ; Linux' default limit)."""
 STOPPED_LEASE, STOPPED_INPUT = 1, 2
@@ -369,11 +371,13 @@ class _Stream(threading.Thread):
 
         pos, end, failing_since = self.base, self.piece.end, None
         size = self.piece.size if self.piece.size >= 0 else None  # the tail's end: EOF
+        first = True
         while True:
             tail = pos >= end
+            upto = size if tail else min(end, pos + FIRST_BYTES) if first else end
             try:
                 for block in storage.open_range(
-                    self.piece.path, pos, size if tail else end, self.hdfs_ugi,
+                    self.piece.path, pos, upto, self.hdfs_ugi,
                     block_bytes=TAIL_BYTES if tail else self.block,
                 ):  # fmt: skip
                     failing_since = None
@@ -383,6 +387,7 @@ class _Stream(threading.Thread):
                         return
                 if tail:
                     return  # the file's end
+                first = False
             except EctlError as exc:
                 now = time.monotonic()
                 failing_since = failing_since or now
