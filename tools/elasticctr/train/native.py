@@ -403,26 +403,25 @@ class _Stream(threading.Thread):
         slot: queue.Queue = queue.Queue(maxsize=1)
         done = threading.Event()
 
+        def put(item) -> bool:
+            """Hand `item` over; False once the consumer is gone."""
+            while not done.is_set():
+                try:
+                    slot.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def pump() -> None:
             try:
                 for block in self._blocks():
-                    while not done.is_set():
-                        try:
-                            slot.put(block, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if done.is_set():
+                    if not put(block):
                         return
                 item = None
             except BaseException as exc:  # noqa: BLE001 - re-raised in the stream thread
                 item = exc
-            while not done.is_set():
-                try:
-                    slot.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
+            put(item)
 
         helper = threading.Thread(target=pump, daemon=True, name=f"{self.name} read-ahead")
         helper.start()
