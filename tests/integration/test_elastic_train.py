@@ -4,22 +4,34 @@ A trainer SIGKILLed mid-task costs exactly one re-trained task and no lost or do
 counted sample; a trainer added mid-run receives tasks; a SIGKILLed coordinator is
 restarted and the trainers carry on. Every run exports a version that verifies, and its
 held-out AUC is compared with an undisturbed run on the same data.
+
+The native readers also read the same hour from the stores pods read: the release's
+fileserver (`ectl fileserver`, reads protected by its token) and HDFS (the session's
+MiniDFSCluster, HDFS_UGI's user): every sample once, a lost lease stops a streamed range,
+a file truncated while read fails its task (retried once restored), a fileserver that
+goes away mid-task is waited for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.fileserver_fixture import running_fileserver
+from tests.hdfs_fixture import TEST_ROOT
 
 from elasticctr import constants as C
+from elasticctr.net import free_port
 from elasticctr.versions import verify_version
 
 pytestmark = pytest.mark.integration
@@ -30,6 +42,8 @@ SECOND = "20200401/01"  # only the pserver test trains two hours (a checkpoint i
 LINES = 200_000
 MODEL = {"name": "lr", "batchSize": 512}
 AUC_TOLERANCE = 0.01
+TOKEN = "elastic-store-token"  # the fileserver's; it protects reads too, as in a release
+HDFS_UGI = "ectl-reader,secret"
 # Held-out AUC of every disturbed run must be within 0.01 of an undisturbed run. The model
 # is `lr`: undisturbed runs of it on this data agree to ~0.001, while the DNN's async PS
 # training on so little data varies by more than 0.1 run to run (bench/train/
@@ -49,17 +63,20 @@ def dataset(tmp_path_factory) -> dict:
     from elasticctr.train import config
     from elasticctr.train.elastic import _read, heldout_mask
 
-    def values(store: Path, end: str = PARTITION) -> Path:
+    def values(store: Path, end: str = PARTITION, source: tuple = ()) -> Path:
+        """Values of a job on `source` (data path URL, HDFS_UGI), default the local files."""
+        url, ugi = source or (f"file://{data}", "")
         path = store.parent / f"{store.name}.yaml"
         path.write_text(
             yaml.safe_dump(
                 {
                     "global": {
                         "data": {
-                            "path": f"file://{data}",
+                            "path": url,
                             "slots": list(range(8)),
                             "startDateHour": PARTITION,
                             "endDateHour": end,
+                            **({"hdfsUgi": ugi} if ugi else {}),
                         },
                         "modelStore": f"file://{store}",
                     },
@@ -103,12 +120,13 @@ def _run(
     end=PARTITION,
     lease_seconds: float = 8.0,  # a heartbeat every 2 s; 4 s expired once at load 12
     task_mb: float = 0.25,
+    source: tuple = (),  # (data URL, HDFS_UGI) of a store; default the local files
 ):
     from elasticctr.local.training import ElasticJob
 
     store = dataset["root"] / name
     job = ElasticJob(
-        dataset["values"](store, end),
+        dataset["values"](store, end, source),
         dataset["root"] / f"{name}-logs",
         trainers=trainers,
         lease_seconds=lease_seconds,
@@ -278,23 +296,34 @@ def _readers(pid: int) -> dict[int, list[str]]:
     return found
 
 
+def _io(pid: int, what: str) -> int | None:
+    try:
+        return int(
+            next(x for x in Path(f"/proc/{pid}/io").read_text().splitlines()
+                 if x.startswith(f"{what}:")).split()[1]
+        )  # fmt: skip
+    except (OSError, StopIteration):
+        return None
+
+
 def _output_left(readers: dict[int, list[str]]) -> int:
     """Of the frozen readers, the most output one still has to write (bytes): its range's
-    whole output (the same reader run here, without the lease) minus what it wrote."""
+    whole output (the same reader run here, without the lease) minus what it wrote. A
+    streamed range (a stored file: the spec's 6th field) counts its input instead: the
+    range's bytes minus what the reader read from its stream."""
     left = 0
     for pid, argv in readers.items():
-        try:
-            wrote = int(
-                next(x for x in Path(f"/proc/{pid}/io").read_text().splitlines()
-                     if x.startswith("wchar:")).split()[1]
-            )  # fmt: skip
-        except (OSError, StopIteration):
+        wrote, read = _io(pid, "wchar"), _io(pid, "rchar")
+        if wrote is None or read is None:
             continue
         i = argv.index("--lease-file")
         plain, run_dir = argv[:i] + argv[i + 4 :], Path(argv[i + 1]).parent
         totals = []
         for spec in run_dir.glob("*/*.spec"):
-            path, start, end = spec.read_text().split("\t")[:3]
+            path, start, end, *rest = spec.read_text().rstrip("\n").split("\t")
+            if len(rest) > 2:  # streamed: input left
+                totals.append(int(end) - int(start) + wrote - read)
+                continue
             out = subprocess.run(
                 plain, input=f"{path}\t{start}\t{end}\t-\t-\n".encode(), capture_output=True
             )
@@ -321,11 +350,16 @@ def _freeze_mid_range(job, name: str, min_left: int = 256 << 10) -> list[str]:
     raise AssertionError(f"{name}'s native readers never caught mid-range")
 
 
-def test_a_lease_lost_mid_range_stops_the_native_readers(dataset) -> None:
+@pytest.mark.parametrize("where", ["local", "fileserver"])
+def test_a_lease_lost_mid_range_stops_the_native_readers(
+    dataset, where, request, monkeypatch
+) -> None:
     """Native pipeline: a trainer whose lease expires while its readers are mid-range
     (frozen past the lease period, then resumed) stops reading at once (the readers see
     the lease file unrenewed), abandons the task, and the task is retrained by the other
-    trainer; every sample is counted once."""
+    trainer; every sample is counted once. Also for a range streamed from the fileserver
+    (the reader stops and closes its stream; the stream ends with it)."""
+    source = _source(request, monkeypatch, where)
 
     def act(job):
         _wait_for(lambda: _done_count(job) >= 2, 90, "first tasks")
@@ -343,7 +377,9 @@ def test_a_lease_lost_mid_range_stops_the_native_readers(dataset) -> None:
         return {"held": held}
 
     # 2 MiB tasks (~11k samples; ~0.9 MB of reader output per thread), lease 8 s
-    job, progress, manifest, info = _run(dataset, "lease-lost-native", act, task_mb=2.0)
+    job, progress, manifest, info = _run(
+        dataset, f"lease-lost-native-{where}", act, task_mb=2.0, source=source
+    )
     done = _done_log(job)
     (lost,) = info["held"]
     retried = {t for t, d in done.items() if d["attempts"] > 1}
@@ -361,6 +397,143 @@ def test_a_lease_lost_mid_range_stops_the_native_readers(dataset) -> None:
     # measured), and the abandoned part's updates stay on the pservers (as a SIGKILLed
     # trainer's do); the other tests compare quality.
     assert manifest["metrics"]["auc"] > 0.65, manifest["metrics"]
+
+
+@pytest.fixture(scope="module")
+def served(dataset) -> str:
+    """The dataset's folder on the fileserver (data/ is the local files' URL path)."""
+    port = free_port()
+    with running_fileserver(dataset["root"], port, TOKEN):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def hdfs_data(dataset, minihdfs) -> str:
+    """Hour 00 copied to the test HDFS as HDFS_UGI's user (donefile last)."""
+    from elasticctr.data import storage
+
+    base = minihdfs.make_open_dir(f"{TEST_ROOT}/elastic-{uuid.uuid4().hex[:8]}")
+    hour = dataset["root"] / "data" / PARTITION
+    for f in sorted(hour.iterdir(), key=lambda f: f.name == C.DONEFILE):
+        storage.put_file(f, storage.join(base, "data", PARTITION, f.name), HDFS_UGI)
+    return storage.join(base, "data")
+
+
+def _source(request, monkeypatch, where: str) -> tuple:
+    """(data URL, HDFS_UGI) of `where`; the trainers get the fileserver's token."""
+    monkeypatch.setenv(C.ENV_FILESERVER_TOKEN, TOKEN)
+    if where == "fileserver":
+        return f"{request.getfixturevalue('served')}/data", ""
+    if where == "hdfs":
+        return request.getfixturevalue("hdfs_data"), HDFS_UGI
+    return ()
+
+
+def _trainer_logs(job) -> str:
+    return "".join(p.read_text() for p in job.log_dir.glob("trainer-*.log"))
+
+
+@pytest.mark.parametrize("where", ["fileserver", "hdfs"])
+def test_native_readers_stream_a_stored_hour_every_sample_once(
+    dataset, baseline, where, request, monkeypatch
+) -> None:
+    """The hour on the fileserver / on HDFS trains on the native path (every range
+    streamed to the readers), each sample once, the held-out set picked the same way
+    (the export streams it too), and the model is as good as from the local files."""
+    source = _source(request, monkeypatch, where)
+    job, progress, manifest, _ = _run(dataset, f"native-{where}", source=source)
+    _assert_undisturbed(job, progress)
+    assert progress["samples"] == dataset["trained"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+    logs = _trainer_logs(job)
+    assert "(native reader)" in logs and "(Python reader)" not in logs, logs[-2000:]
+    _same_quality(manifest["metrics"], baseline)
+
+
+def _leased_range(job, task_id: str) -> tuple[str, int, int]:
+    """(url, start, end) of a leased task, from the trainer log that leased it."""
+    import re
+
+    for match in re.finditer(r"leased task (\S+) bytes \[(\d+), (\d+)\)", _trainer_logs(job)):
+        if match.group(1) == task_id:
+            return task_id, int(match.group(2)), int(match.group(3))
+    raise AssertionError(f"no trainer log says it leased {task_id}")
+
+
+def test_a_stored_file_truncated_while_read_fails_its_task_and_it_is_retried(
+    dataset, served, request, monkeypatch
+) -> None:
+    """A file on the fileserver truncated while a reader is mid-range: the task fails
+    with the reason (nothing of it counted), is given back, and is trained once the file
+    is whole again; every sample is counted once."""
+    copy = dataset["root"] / "data-truncated"
+    shutil.copytree(dataset["root"] / "data" / PARTITION, copy / PARTITION, dirs_exist_ok=True)
+    monkeypatch.setenv(C.ENV_FILESERVER_TOKEN, TOKEN)
+    monkeypatch.setenv(C.ENV_STREAM_BLOCK_KIB, "64")  # many reads per range: one fails
+    files = sorted((copy / PARTITION).glob("part-*"))
+
+    def act(job):
+        _wait_for(lambda: _done_count(job) >= 1, 120, "a first task")
+        (lost,) = _freeze_mid_range(job, "trainer-1", min_left=2 << 20)
+        try:
+            _, start, _end = _leased_range(job, lost)
+            victim = files[int(lost.split("#")[1].split(".")[0])]
+            whole = victim.read_bytes()
+            os.truncate(victim, start)  # this task's bytes and all after them are gone
+        finally:
+            job.sup.kill("trainer-1", signal.SIGCONT)
+        _wait_for(lambda: "given back" in _trainer_logs(job), 60, "the task given back")
+        tmp = victim.with_name(".restore")
+        tmp.write_bytes(whole)
+        tmp.replace(victim)  # whole again (atomically: no reader sees a partial file)
+        return {"held": [lost]}
+
+    job, progress, manifest, info = _run(
+        dataset, "truncated-fileserver", act, task_mb=8.0, source=(f"{served}/data-truncated", "")
+    )
+    (lost,) = info["held"]
+    done = _done_log(job)
+    log = (job.log_dir / "trainer-1.log").read_text()
+    assert f"task {lost} (attempt 1): reading" in log, log[-3000:]
+    assert "the file ends at or before byte" in log and "task given back" in log
+    assert done[lost]["attempts"] >= 2, done[lost]
+    # Counted and reported: the coordinator's progress (`ectl status`) has the failures.
+    assert progress["tasks_failed"] >= 1 and "the file ends" in progress["last_failure"]
+    assert progress["finished"] and progress["samples"] == dataset["trained"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+
+
+def test_a_fileserver_gone_mid_task_is_waited_for(dataset, monkeypatch) -> None:
+    """The fileserver killed while the readers stream ranges and started again 3 s later:
+    the streams retry from the byte they reached, the tasks complete, nothing is retried
+    or counted twice."""
+    root = dataset["root"] / "gone"
+    shutil.copytree(dataset["root"] / "data" / PARTITION, root / "data" / PARTITION)
+    monkeypatch.setenv(C.ENV_FILESERVER_TOKEN, TOKEN)
+    monkeypatch.setenv(C.ENV_STREAM_BLOCK_KIB, "64")
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        server = [stack.enter_context(running_fileserver(root, port, TOKEN))]
+
+        def act(job):
+            _wait_for(lambda: _done_count(job) >= 1, 120, "a first task")
+            _freeze_mid_range(job, "trainer-1", min_left=2 << 20)
+            server[0].kill()
+            server[0].wait()
+            job.sup.kill("trainer-1", signal.SIGCONT)
+            _wait_for(lambda: "; retrying" in _trainer_logs(job), 60, "a failed read")
+            time.sleep(3)
+            server[0] = stack.enter_context(running_fileserver(root, port, TOKEN))
+
+        job, progress, manifest, _ = _run(
+            dataset, "fileserver-gone", act, task_mb=8.0,
+            source=(f"http://127.0.0.1:{port}/data", ""),
+        )  # fmt: skip
+    logs = _trainer_logs(job)
+    assert "cannot reach the server" in logs and "; retrying" in logs, logs[-3000:]
+    _assert_undisturbed(job, progress)
+    assert progress["samples"] == dataset["trained"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
 
 
 def test_trainer_added_mid_run_receives_tasks(dataset, baseline) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.unit import test_data_storage as _storage_tests
 
 from elasticctr.data.parser import read_file
 from elasticctr.train import native
@@ -201,3 +202,95 @@ def test_a_lost_lease_stops_the_reader_mid_range(tmp_path: Path, how: str) -> No
     assert proc.stdout.read() == b"" and proc.wait(timeout=60) == 0
     got = native.RangeStats.read("x", tmp_path / "s3")
     assert (got.stopped, got.emitted, got.lines) == (1, 0, 0)
+
+
+# --- streamed ranges (stored files: elasticctr.train.native._Inputs / _Stream) ------------
+
+fileserver = _storage_tests.fileserver  # the real fileserver, in a thread
+
+
+def _read_all(inputs: native._Inputs) -> bytes:
+    """Every sample of `inputs`' spec lines, as the trainers' readers emit them."""
+    exe = native.build()
+    with inputs:
+        done = subprocess.run(
+            [str(exe), "--slots", ",".join(map(str, SLOTS)), "--heldout", "all"],
+            input="".join(inputs.lines).encode(),
+            capture_output=True,
+            check=True,
+        )
+    return done.stdout
+
+
+def test_a_streamed_range_reads_exactly_what_the_mapped_range_reads(
+    tmp_path: Path,
+    fileserver,
+    monkeypatch,
+) -> None:
+    """A stored file's ranges cut anywhere, streamed through the fileserver in 1 KiB
+    ranged reads (lines spanning reads, a last line without newline): the same samples
+    and statistics as the local file mapped, each line once."""
+    url, root = fileserver
+    data = root / "part-0"
+    data.write_text("\n".join(_lines(3000)))  # no final newline
+    size = data.stat().st_size
+    cuts = [0, 1, 2, 57, size // 3, size // 3 + 1, size // 2, size - 2, size]
+    monkeypatch.setenv("ECTL_STREAM_BLOCK_KIB", "1")
+    got = {}
+    for where, path in (("mapped", str(data)), ("streamed", f"{url}/part-0")):
+        ranges = [native.Range(path, a, b) for a, b in itertools.pairwise(cuts)]
+        run_dir = tmp_path / where
+        run_dir.mkdir()
+        inputs = native._Inputs(run_dir, ranges, [str(i) for i in range(len(ranges))], 2, None)
+        out = _read_all(inputs)
+        stats = [
+            native.RangeStats.read(label, st)
+            for label, st in zip(inputs.labels, inputs.stats, strict=True)
+        ]
+        got[where] = (out, [(s.lines, s.samples, s.malformed, s.emitted, s.stopped) for s in stats])
+    assert got["streamed"] == got["mapped"]
+    assert got["mapped"][0].count(b"\n") == sum(s[3] for s in got["mapped"][1]) > 2000
+
+
+def test_a_stream_that_ends_early_is_incomplete_never_short(tmp_path: Path) -> None:
+    """The reader's side of a failed stream (the store client closes it early) and of a
+    local file shorter than its range: stopped 2, only whole samples written."""
+    data = tmp_path / "part-0"
+    text = ("\n".join(_lines(20_000)) + "\n").encode()
+    data.write_bytes(text)
+    size = len(text)
+    part = tmp_path / "stream"  # what a stream from byte 99 had sent when it failed
+    part.write_bytes(text[99 : text.index(b"\n", size // 2) + 1])
+    for spec in (f"{part}\t100\t{size}\t{tmp_path / 's'}\t-\t99\n",
+                 f"{data}\t100\t{size + 10}\t{tmp_path / 's'}\t-\n"):  # fmt: skip
+        rows = _run(spec)
+        stats = native.RangeStats.read("x", tmp_path / "s")
+        assert stats.stopped == native.STOPPED_INPUT and stats.emitted == len(rows) > 0
+    whole = _run(f"{data}\t100\t{size}\t{tmp_path / 's'}\t-\n")
+    assert native.RangeStats.read("x", tmp_path / "s").stopped == 0 and len(whole) > len(rows)
+
+
+def test_a_stored_range_that_cannot_be_read_raises_a_read_error(
+    tmp_path: Path,
+    fileserver,
+    monkeypatch,
+) -> None:
+    """Truncated (shorter than the range), removed, unreachable past the retry window:
+    a ReadError naming the file and why, never a short result."""
+    url, root = fileserver
+    (root / "part-0").write_text("\n".join(_lines(500)) + "\n")
+    size = (root / "part-0").stat().st_size
+    slots = SLOTS
+    with pytest.raises(
+        native.ReadError,
+        match=rf"ends at or before byte {size}, inside the range \[9, {size + 50}\)",
+    ):
+        native.heldout_lines([native.Range(f"{url}/part-0", 10, size + 50)], slots, None)
+    with pytest.raises(native.ReadError, match=r"part-1: not found"):
+        native.heldout_lines([native.Range(f"{url}/part-1", 0, 100)], slots, None)
+    from elasticctr.net import free_port
+
+    monkeypatch.setenv("ECTL_READ_RETRY_SECONDS", "0.5")
+    gone = f"http://127.0.0.1:{free_port()}/part-0"
+    with pytest.raises(native.ReadError, match=r"cannot reach the server"):
+        native.heldout_lines([native.Range(gone, 0, 100)], slots, None)

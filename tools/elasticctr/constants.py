@@ -168,6 +168,12 @@ ENV_NATIVE_CACHE = "ECTL_NATIVE_CACHE"
 """Folder of the compiled native reader (default ~/.cache/elasticctr/native)."""
 ENV_SLOTFEED = "ECTL_SLOTFEED"
 """Path of a prebuilt ectl-slotfeed binary (skips the build; images, tests)."""
+ENV_STREAM_BLOCK_KIB = "ECTL_STREAM_BLOCK_KIB"
+"""KiB per ranged read when the native reader streams a range of a stored (remote) file
+(default 4096: one HTTP Range GET / HDFS read per 4 MiB)."""
+ENV_READ_RETRY_SECONDS = "ECTL_READ_RETRY_SECONDS"
+"""How long a stream of a stored file retries a failed read (connection refused, server
+gone) from the byte it reached before the task fails (default 30)."""
 ENV_DENSE_PULL_EVERY = "ECTL_DENSE_PULL_EVERY"
 """Steps between a trainer's pulls of the dense parameters (default 5)."""
 ENV_DENSE_PULL_SECONDS = "ECTL_DENSE_PULL_SECONDS"

@@ -377,6 +377,11 @@ def _print_status(s: dict[str, Any]) -> None:
             f"leased {coord['tasks_leased']}, pending {coord['tasks_pending']}, "
             f"retried {coord['tasks_retried']}, samples {coord['samples']}",
         )
+        if coord.get("tasks_failed"):  # tasks given back with a reason (e.g. a read failed)
+            summary.add_row(
+                "coordinator task failures",
+                f"{coord['tasks_failed']}, last: {coord['last_failure']}",
+            )
     else:
         summary.add_row("coordinator", _fmt(coord))
     summary.add_row("newest model version", _fmt(s["model"]["newestVersion"]) or "none yet")

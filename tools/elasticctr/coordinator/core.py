@@ -48,6 +48,7 @@ class Task:
     start: int
     end: int  # byte range [start, end): a reader starts at the first line beginning >= start
     attempts: int = 0
+    size: int = -1  # the file's size when the partition was found (readers detect truncation)
 
 
 @dataclass
@@ -78,7 +79,8 @@ def split_tasks(spec: PartitionSpec, task_bytes: int) -> list[Task]:
         step = max(task_bytes, 1)
         for chunk, start in enumerate(range(0, size, step)):
             end = min(start + step, size)
-            tasks.append(Task(f"{spec.partition}#{index}.{chunk}", spec.partition, url, start, end))
+            task_id = f"{spec.partition}#{index}.{chunk}"
+            tasks.append(Task(task_id, spec.partition, url, start, end, size=size))
     return tasks
 
 
@@ -110,6 +112,7 @@ class Coordinator:
         self._pending: list[str] = []
         self._leases: dict[str, Lease] = {}
         self._done_log: dict[str, dict] = {}
+        self._failures: list[str] = []  # reasons of tasks given back (`fail`), oldest first
         self._trainers: dict[str, dict] = {}
         self._input_closed = False
         self._exports_since_checkpoint = 0
@@ -248,6 +251,7 @@ class Coordinator:
             if lease is not None and lease.task.id not in self._done_log:
                 self._pending.insert(0, lease.task.id)
                 self._trainers.get(trainer, {}).setdefault("failures", []).append(reason[:500])
+                self._failures.append(f"trainer {trainer}: {reason[:500]}")
 
     def leave(self, trainer: str) -> int:
         """A trainer leaves (preemption notice): re-queue its leases and drop it as `_expire`
@@ -419,6 +423,8 @@ class Coordinator:
                 "tasks_leased": len(self._leases),
                 "tasks_pending": len(self._pending),
                 "tasks_retried": retried,
+                "tasks_failed": len(self._failures),  # given back by a trainer with a reason
+                "last_failure": self._failures[-1] if self._failures else None,
                 "samples": sum(d["samples"] for d in self._done_log.values()),
                 "trainers": trainers,
                 "input_closed": self._input_closed,

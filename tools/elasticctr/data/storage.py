@@ -497,6 +497,48 @@ class _GuardedReader(io.RawIOBase):
         super().close()
 
 
+def open_range(
+    url: str,
+    start: int = 0,
+    end: int | None = None,
+    hdfs_ugi: str | None = None,
+    *,
+    block_bytes: int = 4 << 20,
+) -> Iterator[bytes]:
+    """Bytes ``[start, end)`` of a stored file (``end`` None: to the file's end), as it is
+    stored (no decompression), in blocks of at most ``block_bytes``.
+
+    Each block is one ranged read of the filesystem (``cat_file``: an HTTP ``Range`` GET
+    with the fileserver's token, an HDFS read at an offset, an object store's ranged GET),
+    so a consumer can stop after any block and resume at any offset with a new call. A
+    file that ends before ``end`` raises (it was truncated or replaced while read): the
+    range is never returned short. Errors are `EctlError`s naming the URL (`wrap_error`)
+    and keep the filesystem's exception as ``__cause__``.
+    """
+    if start < 0 or (end is not None and end < start) or block_bytes <= 0:
+        raise EctlError(f"{url}: bad byte range [{start}, {end}) or block size {block_bytes}")
+    fs, path = url_to_fs(url, hdfs_ugi)
+    pos = start
+    while end is None or pos < end:
+        want = block_bytes if end is None else min(block_bytes, end - pos)
+        try:
+            block = fs.cat_file(path, start=pos, end=pos + want)
+        except Exception as exc:  # fsspec backends raise unrelated types
+            if getattr(exc, "status", None) != 416:  # HTTP: the range starts past the end
+                raise wrap_error(url, exc) from exc
+            block = b""
+        if block:
+            pos += len(block)
+            yield bytes(block)
+        if len(block) < want:
+            if end is not None and pos < end:
+                raise EctlError(
+                    f"{url}: the file ends at or before byte {pos}, inside the range "
+                    f"[{start}, {end}) being read (truncated or replaced while read?)"
+                )
+            return
+
+
 def read_bytes(url: str, hdfs_ugi: str | None = None) -> bytes:
     with open_input(url, hdfs_ugi) as fh:
         return fh.read()

@@ -39,6 +39,10 @@ from elasticctr.train import env as role_env
 from elasticctr.train import metrics, native, roles
 from elasticctr.train.config import TrainConfig
 
+MAX_READ_ATTEMPTS = 3
+"""A task whose range cannot be read (file truncated or removed, store unreachable) is
+given back to the coordinator this many times (attempts, whoever made them); the trainer
+holding it then fails with the read error instead of giving it back again."""
 HOLDOUT_MOD = 10
 """One sample in HOLDOUT_MOD (by feature hash) is held out for evaluation."""
 EVAL_MAX_SAMPLES = 200_000
@@ -113,9 +117,10 @@ def heldout_batches(cfg: TrainConfig, partition: str) -> list:
         raise EctlError(f"partition {partition} not found under {cfg.data_path}")
     urls = parts.data_files(found[0], cfg.hdfs_ugi)
     if cfg.threads > 0 and native.can_read(urls):
-        # The compiled reader picks the held-out lines (10%); Python parses only those.
+        # The compiled reader picks the held-out lines (10%; stored files streamed to it);
+        # Python parses only those.
         text = native.heldout_lines(
-            [native.Range(native.local_path(u)) for u in urls], cfg.slots, cfg.sparse_dim
+            [native.Range(u) for u in urls], cfg.slots, cfg.sparse_dim, cfg.hdfs_ugi
         )
         batches = native.parse_heldout(text, cfg.slots, cfg.sparse_dim, cfg.model.batch_size)
         out, total = [], 0
@@ -350,8 +355,11 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             native_task = feed is not None and native.can_read([task["url"]])
             fence = native.Lease(feed.workdir / "lease", lease_seconds) if native_task else None
             beat.track(lease, lease_seconds, fence)
-            log(f"leased task {task['id']} bytes [{task['start']}, {task['end']})")
-            t0, n, abandoned = time.monotonic(), 0, False
+            log(
+                f"leased task {task['id']} bytes [{task['start']}, {task['end']}) "
+                f"({'native' if native_task else 'Python'} reader)"
+            )
+            t0, n, abandoned, read_error = time.monotonic(), 0, False, None
             mine = _share(stats, task["partition"])
             batches = _read(cfg, task["url"], int(task["start"]), int(task["end"]))
             if native_task:
@@ -359,21 +367,26 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 # by the reader (same hash rule). A lost lease (the heartbeat refused, or
                 # none accepted for a lease period) stops the readers mid-range through
                 # the lease file; the task is then abandoned (not completed).
+                # A stored file's range is streamed to the readers; a read that fails
+                # (ReadError) gives the task back below, nothing of it counted.
                 rng = native.Range(
-                    native.local_path(task["url"]), int(task["start"]), int(task["end"])
+                    task["url"], int(task["start"]), int(task["end"]), int(task.get("size", -1))
                 )
-                result = feed.run(
-                    exe,
-                    main,
-                    [rng],
-                    labels=[task["url"]],
-                    heldout="skip",
-                    loss_var=net.loss,
-                    every=pull_dense,
-                    every_seconds=roles.dense_pull_seconds(),
-                    max_error_rate=cfg.max_error_rate,
-                    lease=fence,
-                )
+                try:
+                    result = feed.run(
+                        exe,
+                        main,
+                        [rng],
+                        labels=[task["url"]],
+                        heldout="skip",
+                        loss_var=net.loss,
+                        every=pull_dense,
+                        every_seconds=roles.dense_pull_seconds(),
+                        max_error_rate=cfg.max_error_rate,
+                        lease=fence,
+                    )
+                except native.ReadError as exc:
+                    result, read_error = exc.result, exc
                 n, batches = result.trained, ()
                 steps += max(1, n // cfg.model.batch_size)
                 mine["losses"].extend(result.losses)
@@ -405,6 +418,9 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             if abandoned:
                 log(f"task {task['id']}: lease lost after {n} samples; abandoned")
                 continue
+            if read_error is not None:
+                _give_back(client, task, lease, read_error, n)
+                continue
             # A task is done only once its updates are on the pservers: the PS client
             # queues sparse pushes, and a checkpoint taken after this `complete` must
             # hold them (the flush costs >= 0.1 s: Paddle polls every 100 ms).
@@ -423,6 +439,25 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     fleet.stop_worker()
     log("elastic trainer done")
     return last
+
+
+def _give_back(client: CoordinatorClient, task: dict, lease: str, error, trained: int) -> None:
+    """A task whose range could not be read: given back to the coordinator (retried by
+    whoever asks next; its samples not counted), or, after MAX_READ_ATTEMPTS attempts,
+    this trainer fails with the error (it restarts, or the job stops, with the reason)."""
+    attempts = int(task.get("attempts") or 1)
+    reason = f"task {task['id']} (attempt {attempts}): {error}"
+    if attempts >= MAX_READ_ATTEMPTS:
+        raise EctlError(
+            f"{reason}; its range failed {attempts} times",
+            hint="check that the file is complete and the store reachable",
+        )
+    log(f"{reason}; {trained} samples read before it failed are not counted, task given back")
+    try:
+        client.fail(lease, reason)
+    except EctlError as exc:  # the lease then expires: retried all the same
+        log(f"could not give task {task['id']} back: {exc}")
+    time.sleep(attempts)  # not at once: the next lease may be this task again
 
 
 KEEP_PARTITION_STATS = 4

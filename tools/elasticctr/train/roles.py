@@ -604,7 +604,7 @@ def run_trainer(cfg: TrainConfig, renv: role_env.RoleEnv, opts: TrainerOptions) 
                 result = feed.run(
                     exe,
                     main,
-                    [native.Range(native.local_path(u)) for u in share],
+                    [native.Range(u) for u in share],
                     labels=share,
                     heldout="save" if is_chief else "all",
                     loss_var=net.loss,
@@ -720,7 +720,7 @@ def native_feed(cfg: TrainConfig, net: Net):
         return None
     log(f"native pipeline: {cfg.threads} thread(s), reader {native.binary()}")
     return native.NativeFeed(
-        cfg.slots, cfg.sparse_dim, net.use_vars, cfg.threads, cfg.model.batch_size
+        cfg.slots, cfg.sparse_dim, net.use_vars, cfg.threads, cfg.model.batch_size, cfg.hdfs_ugi
     )
 
 

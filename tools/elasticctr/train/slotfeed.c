@@ -4,7 +4,7 @@
  * Paddle's QueueDataset runs `cat <spec file> | ectl-slotfeed ARGS` for every file of its
  * file list, so each spec file names one byte range to read:
  *
- *   stdin:  PATH \t START \t END \t STATS_OUT \t HELDOUT_OUT \n     (END -1 = end of file)
+ *   stdin:  PATH \t START \t END \t STATS_OUT \t HELDOUT_OUT [\t BASE] \n  (END -1 = end of file)
  *   args:   --slots 0,1,... [--sparse-dim N] [--heldout all|skip|save|only]
  *           [--lease-file PATH --lease-seconds S]
  *   stdout: per sample, for every slot in --slots order "<n> id ...", then "1 <click>",
@@ -13,7 +13,11 @@
  *
  * Exactly the lines that BEGIN at an offset in [START, END) are read (the last to its
  * end), as elasticctr.data.parser.BatchStream does, so ranges never split or duplicate a
- * line. Lines are validated as that parser does (`show click feasign:slot ...`, unsigned
+ * line. A local PATH is mapped; with BASE, PATH is a stream (a FIFO the trainer's store
+ * client fills: elasticctr.train.native) whose first byte is the file's byte BASE
+ * (START - 1, or 0), read sequentially to its end; the same lines are read. A file or
+ * stream that ends before END (END >= 0) ends the range "incomplete" (stopped 2): the
+ * file was truncated, or the store client failed and closed the stream. Lines are validated as that parser does (`show click feasign:slot ...`, unsigned
  * 64-bit integers of at most 20 digits, click <= show, separators space/tab/CR); bad lines
  * are skipped and counted, features of slots not in --slots ignored, feasigns reduced
  * modulo --sparse-dim when it is > 0.
@@ -32,7 +36,8 @@
  *
  * STATS_OUT receives one line when the range is done (or stopped):
  *   lines samples blank malformed ignored heldout emitted stopped bad_offset...(at most 5)
- * `emitted` counts the samples written to stdout; stopped is 1 if the lease was lost.
+ * `emitted` counts the samples written to stdout; stopped is 1 if the lease was lost, 2
+ * if the input ended before END (offsets are the file's, also for a stream).
  * The Python side checks the malformed share and re-diagnoses the bad lines by offset.
  * Exit status 2 = usage or I/O error (message on stderr).
  */
@@ -301,26 +306,65 @@ static int is_heldout(size_t n) {
   return h % HOLDOUT_MOD == 0;
 }
 
-static void run_range(const char *path, long long start, long long end, const char *stats_out,
-                      const char *held_out) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) die("cannot open data file", path);
+/* One line [p, le) at file offset `off`: counted, validated, emitted or held out. */
+static void one_line(const unsigned char *p, const unsigned char *le, uint64_t off, Stats *s,
+                     FILE *held) {
+  uint64_t show = 0, click = 0;
+  size_t n = 0, ign = 0;
+  s->lines++;
+  int kind = parse_line(p, le, &show, &click, &n, &ign);
+  if (kind == LINE_BLANK) {
+    s->blank++;
+  } else if (kind == LINE_BAD) {
+    s->malformed++;
+    if (s->nbad < MAX_BAD_OFFSETS) s->bad[s->nbad++] = off;
+  } else {
+    s->samples++;
+    s->ignored += ign;
+    int hold = heldout_mode != HELD_ALL && is_heldout(n);
+    if (hold) {
+      s->heldout++;
+      if (held) {
+        fwrite(p, 1, (size_t)(le - p), held);
+        fputc('\n', held);
+      }
+    } else if (heldout_mode != HELD_ONLY) {
+      emit_sample(show, click, n);
+    }
+  }
+}
+
+/* The lines of [p, e) that begin before file offset `lim`; p is a line start at file
+ * offset `off`. A last line without '\n' is read only when `eof` (else it is left for
+ * more input). Returns where reading stopped; *done = 1 once a line beginning at or
+ * after `lim` is reached. */
+static const unsigned char *read_lines(const unsigned char *p, const unsigned char *e,
+                                       uint64_t off, uint64_t lim, int eof, Stats *s,
+                                       FILE *held, int *done) {
+  const unsigned char *p0 = p;
+  while (!stopped) {
+    if (off + (uint64_t)(p - p0) >= lim) {
+      *done = 1;
+      break;
+    }
+    if (p >= e) break;
+    const unsigned char *nl = memchr(p, '\n', (size_t)(e - p));
+    if (!nl && !eof) break;
+    const unsigned char *le = nl ? nl : e;
+    one_line(p, le, off + (uint64_t)(p - p0), s, held);
+    p = nl ? nl + 1 : e;
+  }
+  return p;
+}
+
+/* A local file, mapped. Returns 1 when it ends before `end` (end >= 0). */
+static int map_range(int fd, const char *path, uint64_t b, long long end, Stats *s,
+                     FILE *held) {
   struct stat st;
   if (fstat(fd, &st) != 0) die("cannot stat data file", path);
   uint64_t size = (uint64_t)st.st_size;
-  uint64_t b = start < 0 ? 0 : (uint64_t)start;
   uint64_t lim = (end < 0 || (uint64_t)end > size) ? size : (uint64_t)end;
-  FILE *held = NULL;
-  if (heldout_mode == HELD_SAVE || heldout_mode == HELD_ONLY) {
-    if (!held_out || !*held_out || strcmp(held_out, "-") == 0)
-      die("--heldout save/only needs a HELDOUT_OUT path in the spec", NULL);
-    held = fopen(held_out, "ab");
-    if (!held) die("cannot open held-out output", held_out);
-  }
-  Stats s = {0};
-  uint64_t written0 = written;
-  if (lease_lost()) stopped = 1;
-  if (!stopped && size > 0 && b < size) {
+  if (size > 0 && b < size) {
     const unsigned char *data = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (data == MAP_FAILED) die("cannot map data file", path);
     madvise((void *)data, size, MADV_SEQUENTIAL);
@@ -330,40 +374,96 @@ static void run_range(const char *path, long long start, long long end, const ch
       const unsigned char *nl = memchr(p, '\n', (size_t)(e - p));
       p = nl ? nl + 1 : e;
     }
-    while (!stopped && p < e && (uint64_t)(p - data) < lim) {
-      const unsigned char *nl = memchr(p, '\n', (size_t)(e - p));
-      const unsigned char *le = nl ? nl : e;
-      uint64_t show = 0, click = 0;
-      size_t n = 0, ign = 0;
-      s.lines++;
-      int kind = parse_line(p, le, &show, &click, &n, &ign);
-      if (kind == LINE_BLANK) {
-        s.blank++;
-      } else if (kind == LINE_BAD) {
-        s.malformed++;
-        if (s.nbad < MAX_BAD_OFFSETS) s.bad[s.nbad++] = (uint64_t)(p - data);
-      } else {
-        s.samples++;
-        s.ignored += ign;
-        int hold = heldout_mode != HELD_ALL && is_heldout(n);
-        if (hold) {
-          s.heldout++;
-          if (held) {
-            fwrite(p, 1, (size_t)(le - p), held);
-            fputc('\n', held);
-          }
-        } else if (heldout_mode != HELD_ONLY) {
-          emit_sample(show, click, n);
-        }
-      }
-      p = nl ? nl + 1 : e;
-    }
+    int done = 0;
+    read_lines(p, e, (uint64_t)(p - data), lim, 1, s, held, &done);
     munmap((void *)data, size);
   }
-  close(fd);
+  return end >= 0 && (uint64_t)end > size;
+}
+
+/* A stream whose first byte is the file's byte `base` (<= b - 1 when b > 0), read to its
+ * end or until a line beginning at or after `end`. Returns 1 when it ends before `end`. */
+static int stream_range(int fd, const char *path, uint64_t base, uint64_t b, long long end,
+                        Stats *s, FILE *held) {
+  if (b > 0 ? base > b - 1 : base != 0) die("BASE must be START - 1 or less (0 for START 0)", path);
+  uint64_t lim = end < 0 ? UINT64_MAX : (uint64_t)end;
+  size_t cap = 1 << 20, len = 0;
+  unsigned char *buf = malloc(cap);
+  if (!buf) die("out of memory", NULL);
+  uint64_t off = base;   /* file offset of buf[0] */
+  int synced = b == 0;   /* buf[0] is a line start at or after b */
+  int eof = 0, done = 0;
+  while (!stopped && !done) {
+    if (!eof) {
+      if (len == cap) {
+        cap *= 2;
+        buf = realloc(buf, cap);
+        if (!buf) die("out of memory", NULL);
+      }
+      ssize_t got = read(fd, buf + len, cap - len);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        die("read from stream failed", path);
+      }
+      if (got == 0) eof = 1;
+      len += (size_t)got;
+    }
+    size_t used = 0;
+    if (!synced) { /* the line beginning at b is ours only if byte b-1 ends a line */
+      /* index of byte b-1, or 0 once past it: the first '\n' at or after b-1 ends it */
+      uint64_t skip = off < b - 1 ? b - 1 - off : 0;
+      if (len <= skip) {
+        used = len;
+      } else {
+        unsigned char *nl = memchr(buf + skip, '\n', len - skip);
+        if (nl) {
+          used = (size_t)(nl + 1 - buf);
+          synced = 1;
+        } else {
+          used = len;
+        }
+      }
+    }
+    if (synced) {
+      const unsigned char *q = read_lines(buf + used, buf + len, off + used, lim, eof, s, held, &done);
+      used = (size_t)(q - buf);
+    }
+    memmove(buf, buf + used, len - used);
+    len -= used;
+    off += used;
+    if (eof && (len == 0 || done)) break;
+  }
+  free(buf);
+  return !stopped && !done && end >= 0 && off < lim;
+}
+
+static void run_range(const char *path, long long start, long long end, const char *stats_out,
+                      const char *held_out, long long base) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) die(base >= 0 ? "cannot open stream" : "cannot open data file", path);
+  uint64_t b = start < 0 ? 0 : (uint64_t)start;
+  FILE *held = NULL;
+  if (heldout_mode == HELD_SAVE || heldout_mode == HELD_ONLY) {
+    if (!held_out || !*held_out || strcmp(held_out, "-") == 0)
+      die("--heldout save/only needs a HELDOUT_OUT path in the spec", NULL);
+    held = fopen(held_out, "ab");
+    if (!held) die("cannot open held-out output", held_out);
+  }
+  Stats s = {0};
+  uint64_t written0 = written;
+  int incomplete = 0;
+  if (lease_lost()) stopped = 1;
+  if (!stopped) {
+    incomplete = base >= 0 ? stream_range(fd, path, (uint64_t)base, b, end, &s, held)
+                           : map_range(fd, path, b, end, &s, held);
+  }
+  close(fd); /* a stream's writer sees the reader gone (EPIPE) when it stopped early */
+  if (incomplete) { /* whole samples only: drop what is buffered, as for a lost lease */
+    olen = obuf_samples = 0;
+  }
   oflush();
   s.emitted = written - written0;
-  s.stopped = (uint64_t)stopped;
+  s.stopped = stopped ? 1 : incomplete ? 2 : 0;
   if (held && fclose(held) != 0) die("cannot write held-out output", held_out);
   if (stats_out && *stats_out && strcmp(stats_out, "-") != 0) {
     char tmp[4096];
@@ -443,17 +543,23 @@ int main(int argc, char **argv) {
   while ((got = getline(&line, &cap, stdin)) > 0) {
     while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
     if (!got) continue;
-    char *f[5] = {0};
+    char *f[6] = {0};
     int nf = 0;
-    for (char *tok = strtok(line, "\t"); tok && nf < 5; tok = strtok(NULL, "\t")) f[nf++] = tok;
-    if (nf < 3) die("spec line must be PATH<TAB>START<TAB>END[<TAB>STATS[<TAB>HELDOUT]]", line);
+    for (char *tok = strtok(line, "\t"); tok && nf < 6; tok = strtok(NULL, "\t")) f[nf++] = tok;
+    if (nf < 3)
+      die("spec line must be PATH<TAB>START<TAB>END[<TAB>STATS[<TAB>HELDOUT[<TAB>BASE]]]", line);
     char *x;
     errno = 0;
     long long start = strtoll(f[1], &x, 10);
     if (*x || errno) die("bad START", f[1]);
     long long end = strtoll(f[2], &x, 10);
     if (*x || errno) die("bad END", f[2]);
-    run_range(f[0], start, end, nf > 3 ? f[3] : NULL, nf > 4 ? f[4] : NULL);
+    long long base = -1;
+    if (nf > 5) {
+      base = strtoll(f[5], &x, 10);
+      if (*x || errno || base < 0) die("bad BASE", f[5]);
+    }
+    run_range(f[0], start, end, nf > 3 ? f[3] : NULL, nf > 4 ? f[4] : NULL, base);
     ranges++;
   }
   free(line);
