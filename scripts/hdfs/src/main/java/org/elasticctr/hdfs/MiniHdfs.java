@@ -3,6 +3,7 @@ package org.elasticctr.hdfs;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.ServerSocket;
 import java.util.concurrent.CountDownLatch;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.DFSConfigKeys;
@@ -14,13 +15,19 @@ import sun.misc.Signal;
  * A single-node HDFS (one NameNode, N DataNodes) on loopback for tests: MiniDFSCluster from
  * the pinned hadoop-minicluster jars.
  *
+ * <p>With {@code --advertise HOST} (an address of this machine, e.g. the node IP of the test
+ * Kubernetes cluster) it serves other network namespaces too: every server binds all
+ * interfaces, the DataNodes register with the NameNode through HOST (the NameNode hands out
+ * the address a DataNode registered from, so clients in pods get HOST, never 127.0.0.1) and
+ * the READY line's URL names HOST.
+ *
  * <p>Prints exactly one line starting with {@code MINIHDFS READY} on stdout once the cluster
  * answers, carrying the real ports (ask for port 0 to get free ones). Stops cleanly on SIGTERM
  * / SIGINT, and, with {@code --exit-on-stdin-close}, when its parent closes our stdin or dies,
  * so a test run that crashes leaves no java process behind. All logging goes to stderr.
  *
  * <p>Usage: {@code MiniHdfs [--nn-port N] [--http-port N] [--base-dir DIR] [--datanodes N]
- * [--exit-on-stdin-close] [--exit-when-ready] | --version}
+ * [--advertise HOST] [--exit-on-stdin-close] [--exit-when-ready] | --version}
  */
 public final class MiniHdfs {
   private MiniHdfs() {}
@@ -29,7 +36,7 @@ public final class MiniHdfs {
     System.err.println("minihdfs: " + problem);
     System.err.println(
         "usage: minihdfs [--nn-port N] [--http-port N] [--base-dir DIR] [--datanodes N]"
-            + " [--exit-on-stdin-close] [--exit-when-ready] | --version");
+            + " [--advertise HOST] [--exit-on-stdin-close] [--exit-when-ready] | --version");
     System.exit(2);
   }
 
@@ -46,11 +53,19 @@ public final class MiniHdfs {
     }
   }
 
+  /** A free port of this machine (the service RPC address needs a real one before start). */
+  private static int freePort() throws IOException {
+    try (ServerSocket socket = new ServerSocket(0)) {
+      return socket.getLocalPort();
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     int nnPort = 0;
     int httpPort = 0;
     int dataNodes = 1;
     String baseDir = null;
+    String advertise = null;
     boolean exitOnStdinClose = false;
     boolean exitWhenReady = false; // one start/stop cycle (bootstrap records the CDS archive)
     for (int i = 0; i < args.length; i++) {
@@ -76,6 +91,7 @@ public final class MiniHdfs {
         case "--nn-port" -> nnPort = port(arg, value);
         case "--http-port" -> httpPort = port(arg, value);
         case "--base-dir" -> baseDir = value;
+        case "--advertise" -> advertise = value;
         case "--datanodes" -> {
           dataNodes = port(arg, value);
           if (dataNodes < 1 || dataNodes > 9) {
@@ -91,9 +107,20 @@ public final class MiniHdfs {
     }
 
     Configuration conf = new Configuration();
-    // Small and loopback-only: the machine is shared, tests run several processes at once.
-    conf.set(DFSConfigKeys.DFS_NAMENODE_RPC_BIND_HOST_KEY, "127.0.0.1");
-    conf.set(DFSConfigKeys.DFS_NAMENODE_HTTP_BIND_HOST_KEY, "127.0.0.1");
+    // Small: the machine is shared, tests run several processes at once.
+    String bind = advertise == null ? "127.0.0.1" : "0.0.0.0";
+    conf.set(DFSConfigKeys.DFS_NAMENODE_RPC_BIND_HOST_KEY, bind);
+    conf.set(DFSConfigKeys.DFS_NAMENODE_HTTP_BIND_HOST_KEY, bind);
+    if (advertise != null) {
+      // MiniDFSCluster names the NameNode 127.0.0.1 for its own clients; the DataNodes reach
+      // it through a service RPC address on HOST instead, so the NameNode records HOST (the
+      // peer address of the registration) as each DataNode's address.
+      conf.set(DFSConfigKeys.DFS_NAMENODE_SERVICE_RPC_BIND_HOST_KEY, bind);
+      conf.set(DFSConfigKeys.DFS_NAMENODE_SERVICE_RPC_ADDRESS_KEY, advertise + ":" + freePort());
+      conf.set(DFSConfigKeys.DFS_DATANODE_ADDRESS_KEY, "0.0.0.0:0");
+      conf.set(DFSConfigKeys.DFS_DATANODE_HTTP_ADDRESS_KEY, "0.0.0.0:0");
+      conf.set(DFSConfigKeys.DFS_DATANODE_IPC_ADDRESS_KEY, "0.0.0.0:0");
+    }
     conf.setInt(DFSConfigKeys.DFS_NAMENODE_HANDLER_COUNT_KEY, 4);
     conf.setInt(DFSConfigKeys.DFS_NAMENODE_SERVICE_HANDLER_COUNT_KEY, 2);
     conf.setInt(DFSConfigKeys.DFS_DATANODE_HANDLER_COUNT_KEY, 2);
@@ -111,7 +138,7 @@ public final class MiniHdfs {
             .nameNodeHttpPort(httpPort)
             .numDataNodes(dataNodes)
             .format(true)
-            .checkDataNodeAddrConfig(false)
+            .checkDataNodeAddrConfig(advertise != null)
             .build();
     cluster.waitActive();
     cluster.waitClusterUp();
@@ -126,7 +153,7 @@ public final class MiniHdfs {
     int rpc = cluster.getNameNodePort();
     int http = cluster.getNameNode().getHttpAddress().getPort();
     System.out.println(
-        "MINIHDFS READY url=hdfs://127.0.0.1:" + rpc + " nn-port=" + rpc + " http-port=" + http
+        "MINIHDFS READY url=hdfs://" + (advertise == null ? "127.0.0.1" : advertise) + ":" + rpc + " nn-port=" + rpc + " http-port=" + http
             + " datanodes=" + dataNodes + " base-dir=" + base.getAbsolutePath()
             + " hadoop=" + VersionInfo.getVersion());
     System.out.flush();
