@@ -199,7 +199,7 @@ def test_values_to_train_config() -> None:
 @pytest.mark.fast
 def test_hdfs_address_and_the_ugi_from_the_environment_reach_the_train_config(monkeypatch):
     """global.data.hdfsAddress completes an hdfs:/// path, and HDFS_UGI from the environment
-    (the chart's trainer.hdfs.existingSecret) is used when the values carry none."""
+    (the chart's global.data.hdfsUgiSecret or store Secret) is used when the values carry none."""
     values = {
         "global": {
             "data": {

@@ -41,8 +41,9 @@ DEFAULT_MAX_ERROR_RATE = 0.01
 
 ENV_HDFS_UGI = "HDFS_UGI"
 """HDFS credentials (`user,password`; the user is the HDFS user) when the values file
-carries no global.data.hdfsUgi (the chart sets it from trainer.hdfs.existingSecret); the
-model store (elasticctr.modelstore) reads it too."""
+carries no global.data.hdfsUgi (the chart sets it in every part that opens a store, from
+global.data.hdfsUgiSecret or the release's `<release>-store` Secret); the model store
+(elasticctr.modelstore) reads it too."""
 
 # S3-compatible object stores (s3:// data and model store; docs/storage.md). The standard
 # AWS names where one exists, so an AWS SDK default (or an IAM role) works unchanged; the

@@ -330,8 +330,8 @@ def init(
     if secret:
         console.print(
             "[yellow]note:[/yellow] it holds HDFS_UGI (a password) from data.config, so it is "
-            "readable by you only (0600); or use trainer.hdfs.existingSecret and drop "
-            "global.data.hdfsUgi"
+            "readable by you only (0600); or keep it in a Secret named by "
+            "global.data.hdfsUgiSecret.name and drop global.data.hdfsUgi"
         )
     console.print(f"next: ectl validate {out} && ectl install -f {out}")
 

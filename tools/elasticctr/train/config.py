@@ -7,7 +7,7 @@ startDateHour, endDateHour, maxErrorRate, hdfsUgi), `global.modelStore`,
 `global.mlflow.trackingUri`. Everything else in the values file belongs to other parts
 and is ignored here. `hdfsAddress` completes an `hdfs:///path` (or bare path) data URL;
 HDFS_UGI comes from the values, else from the `HDFS_UGI` environment variable (the chart
-sets it from `trainer.hdfs.existingSecret`).
+sets it from `global.data.hdfsUgiSecret` or the release's store Secret).
 """
 
 from __future__ import annotations

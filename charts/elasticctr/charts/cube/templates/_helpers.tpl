@@ -61,7 +61,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "cube.modelStore" -}}
-{{- .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" .Release.Name) -}}
+{{- include "elasticctr.modelStore" . -}}
 {{- end -}}
 
 {{- define "cube.sharedClaim" -}}
@@ -113,31 +113,5 @@ tolerations:
 {{- with .Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- end -}}
-
-{{/* Env of the model store (docs/storage.md): when it is s3://, global.s3 as the AWS SDK's
-variables, credentials from its existingSecret. */}}
-{{- define "cube.storeEnv" -}}
-{{- if hasPrefix "s3://" .Values.global.modelStore -}}
-{{- $s3 := .Values.global.s3 -}}
-- name: ELASTICCTR_S3_PATH_STYLE
-  value: {{ ternary "true" "false" $s3.pathStyle | quote }}
-{{- with $s3.endpoint }}
-- name: AWS_ENDPOINT_URL
-  value: {{ . | quote }}
-{{- end }}
-{{- with $s3.region }}
-- name: AWS_REGION
-  value: {{ . | quote }}
-{{- end }}
-{{- if $s3.existingSecret }}
-- name: AWS_ACCESS_KEY_ID
-  valueFrom:
-    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.accessKeyIdKey }}}
-- name: AWS_SECRET_ACCESS_KEY
-  valueFrom:
-    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.secretAccessKeyKey }}}
-{{- end }}
 {{- end }}
 {{- end -}}

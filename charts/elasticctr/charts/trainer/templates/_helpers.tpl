@@ -51,7 +51,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* The platform release whose fileserver, MLflow, cube and serving this job uses: this
 release, or global.scenario.platform for a scenario release (docs/platform.md). */}}
 {{- define "trainer.platform" -}}
-{{- .Values.global.scenario.platform | default .Release.Name -}}
+{{- include "elasticctr.platform" . -}}
 {{- end -}}
 
 {{/* The scenario this job trains; "" = the default scenario of a single release. */}}
@@ -66,7 +66,7 @@ release, or global.scenario.platform for a scenario release (docs/platform.md). 
 {{- end -}}
 
 {{- define "trainer.modelStore" -}}
-{{- $base := .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" (include "trainer.platform" .)) -}}
+{{- $base := include "elasticctr.modelStore" . -}}
 {{- include "trainer.scenarioUrl" (dict "ctx" . "base" $base) -}}
 {{- end -}}
 
@@ -138,14 +138,11 @@ with defaults resolved, plus this chart's section under `trainer`. */}}
 {{ include "trainer.dataFiles" . }}
 {{- end -}}
 
-{{/* Secret: the values file the roles read (it carries global.data.hdfsUgi) and HDFS_UGI. */}}
+{{/* Secret: the values file the roles read (it carries global.data.hdfsUgi when given there). */}}
 {{- define "trainer.secretData" -}}
 # What `ectl train pserver|trainer -f` and `ectl coordinator -f` read.
 values.yaml: |
   {{- include "trainer.runtimeValues" . | nindent 2 }}
-{{- with .Values.global.data.hdfsUgi }}
-hdfsUgi: {{ . | quote }}
-{{- end }}
 {{- end -}}
 
 {{/* ConfigMap: ElasticCTR's own inputs (no credentials), for users and tools that read them. */}}
@@ -158,43 +155,3 @@ slot.conf: |
   {{- end }}
 {{- end -}}
 
-{{/* Env of the data and model stores (docs/storage.md), in every role's container: HDFS_UGI
-(trainer.hdfs.existingSecret, else global.data.hdfsUgi in the config Secret) and, when a
-store is s3://, global.s3 as the AWS SDK's variables (credentials from its existingSecret). */}}
-{{- define "trainer.storeEnv" -}}
-{{- $v := .Values -}}
-{{- if $v.hdfs.existingSecret }}
-- name: HDFS_UGI
-  valueFrom:
-    secretKeyRef:
-      name: {{ $v.hdfs.existingSecret }}
-      key: {{ $v.hdfs.existingSecretKey }}
-{{- else if $v.global.data.hdfsUgi }}
-- name: HDFS_UGI
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "trainer.fullname" . }}-config
-      key: hdfsUgi
-{{- end }}
-{{- if or (hasPrefix "s3://" $v.global.data.path) (hasPrefix "s3://" $v.global.modelStore) }}
-{{- $s3 := $v.global.s3 }}
-{{- with $s3.endpoint }}
-- name: AWS_ENDPOINT_URL
-  value: {{ . | quote }}
-{{- end }}
-{{- with $s3.region }}
-- name: AWS_REGION
-  value: {{ . | quote }}
-{{- end }}
-- name: ELASTICCTR_S3_PATH_STYLE
-  value: {{ ternary "true" "false" $s3.pathStyle | quote }}
-{{- if $s3.existingSecret }}
-- name: AWS_ACCESS_KEY_ID
-  valueFrom:
-    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.accessKeyIdKey }}}
-- name: AWS_SECRET_ACCESS_KEY
-  valueFrom:
-    secretKeyRef: {name: {{ $s3.existingSecret }}, key: {{ $s3.secretAccessKeyKey }}}
-{{- end }}
-{{- end }}
-{{- end -}}

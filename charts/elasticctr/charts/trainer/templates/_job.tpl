@@ -156,7 +156,7 @@ spec:
         - name: ECTL_MLFLOW_REGISTERED_MODEL
           value: {{ printf "elasticctr-%s" . | quote }}
         {{- end }}
-        {{- include "trainer.storeEnv" $ctx | nindent 8 }}
+        {{- with include "elasticctr.storeEnv" $ctx }}{{ . | nindent 8 }}{{ end }}
         - name: ELASTICCTR_FILESERVER_TOKEN
           valueFrom:
             secretKeyRef:
