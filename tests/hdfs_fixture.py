@@ -73,6 +73,9 @@ class MiniHdfs:
 
     base_dir: Path
     datanodes: int = 1
+    advertise: str | None = None
+    """An address of this machine other network namespaces reach (the test cluster's node
+    IP): minihdfs --advertise, so pods get it for the NameNode and every DataNode."""
     url: str = ""
     nn_port: int = 0
     http_port: int = 0
@@ -94,7 +97,8 @@ class MiniHdfs:
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 [str(LAUNCHER), "--base-dir", str(self.base_dir)]
-                + ["--datanodes", str(self.datanodes), "--exit-on-stdin-close"],
+                + ["--datanodes", str(self.datanodes), "--exit-on-stdin-close"]
+                + (["--advertise", self.advertise] if self.advertise else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -71,6 +71,9 @@ class SeaweedS3:
     """One `weed server -s3` process; `start()` returns once the S3 gateway serves."""
 
     base_dir: Path
+    host: str = "127.0.0.1"
+    """The address every port binds and the endpoint names: loopback, or an address of this
+    machine that other network namespaces reach (the test cluster's node IP, for pods)."""
     access_key: str = "ectl-test-key"
     secret_key: str = field(default_factory=lambda: secrets.token_hex(16))
     endpoint: str = ""
@@ -102,8 +105,8 @@ class SeaweedS3:
             str(weed),
             "server",
             f"-dir={self.base_dir / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             f"-master.port={p['master']}",
             f"-master.port.grpc={p['master_grpc']}",
             "-master.volumeSizeLimitMB=64",
@@ -144,7 +147,7 @@ class SeaweedS3:
         (self.base_dir / "s3.json").write_text(json.dumps(identities))
         names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc")
         self.ports = {name: free_port() for name in (*names, "s3", "s3_grpc")}
-        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
+        self.endpoint = f"http://{self.host}:{self.ports['s3']}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         # Grow one volume per collection (bucket) at a time instead of 7: small and fast.
         env["WEED_MASTER_VOLUME_GROWTH_COPY_1"] = "1"

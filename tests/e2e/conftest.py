@@ -116,6 +116,32 @@ def kube_cluster(tmp_path_factory, local_registry) -> harness.Harness:
     print(f"\ncluster down in {seconds} s")
 
 
+@pytest.fixture(scope="package")
+def cluster_hdfs(kube_cluster, tmp_path_factory):
+    """A real HDFS the cluster's pods reach (docs/hdfs.md): MiniDFSCluster with permissions
+    on, serving on the node IP (`minihdfs --advertise`), for as long as the cluster runs."""
+    from tests.hdfs_fixture import MiniHdfs
+
+    hdfs = MiniHdfs(tmp_path_factory.mktemp("cluster-hdfs"), advertise=kube_cluster.info["node_ip"])
+    hdfs.start()
+    print(f"\ncluster HDFS {hdfs.url} up in {hdfs.start_seconds:.1f} s")
+    yield hdfs
+    hdfs.stop()
+
+
+@pytest.fixture(scope="package")
+def cluster_s3(kube_cluster, tmp_path_factory):
+    """A real S3 server the cluster's pods reach (docs/storage.md): SeaweedFS with checked
+    credentials, on the node IP, for as long as the cluster runs; bucket `TEST_BUCKET`."""
+    from tests.s3_fixture import SeaweedS3
+
+    s3 = SeaweedS3(tmp_path_factory.mktemp("cluster-s3"), host=kube_cluster.info["node_ip"])
+    s3.start()
+    print(f"\ncluster S3 {s3.endpoint} up in {s3.start_seconds:.1f} s")
+    yield s3
+    s3.stop()
+
+
 def wait_until(what: str, probe, timeout: float, h: harness.Harness, namespace: str | None = None):
     """Poll probe() until it returns a truthy value; on timeout fail with the diagnostics."""
     deadline = time.monotonic() + timeout

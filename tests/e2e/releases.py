@@ -139,35 +139,40 @@ def exported(kube_cluster, release: str, namespace: str) -> set[str]:
 
 def local_predictions(
     kube_cluster, namespace: str, release: str, store_path: str, version: str,
-    samples: Path, tmp_path: Path,
+    samples: Path, tmp_path: Path, store_url: str | None = None, env: dict | None = None,
 ) -> list[float]:  # fmt: skip
-    """Probabilities of `samples` from a local `ectl serve --version VERSION` that reads the
-    release's fileserver store at `store_path` (`models`, or `models/scenarios/NAME` for a
-    scenario) through `ectl port-forward`: what the deployed serving must answer."""
+    """Probabilities of `samples` from a local `ectl serve --version VERSION`: what the
+    deployed serving must answer. It reads `store_url` when given (an HDFS or S3 store the
+    host reaches; `env` carries its credentials), else the release's fileserver store at
+    `store_path` (`models`, or `models/scenarios/NAME` for a scenario) through `ectl
+    port-forward`."""
     import httpx
     from tests.e2e.conftest import wait_until
 
     from elasticctr.net import free_port
 
-    token = fileserver_token(kube_cluster, release, namespace)
-    env = {**kube_env(kube_cluster), "ELASTICCTR_FILESERVER_TOKEN": token}
-    fs_port, serve_port = free_port(), free_port()
+    env = {**kube_env(kube_cluster), **(env or {})}
+    serve_port = free_port()
     procs = []
     try:
+        if store_url is None:
+            env["ELASTICCTR_FILESERVER_TOKEN"] = fileserver_token(kube_cluster, release, namespace)
+            fs_port = free_port()
+            procs.append(subprocess.Popen(
+                [*ECTL, "port-forward", "fileserver", "-R", release, "-n", namespace,
+                 "-p", str(fs_port)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+            wait_until(
+                "the fileserver port-forward",
+                lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code
+                == 200,
+                120, kube_cluster, namespace,
+            )  # fmt: skip
+            store_url = f"http://127.0.0.1:{fs_port}/{store_path}"
         procs.append(subprocess.Popen(
-            [*ECTL, "port-forward", "fileserver", "-R", release, "-n", namespace,
-             "-p", str(fs_port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        wait_until(
-            "the fileserver port-forward",
-            lambda: httpx.get(f"http://127.0.0.1:{fs_port}/healthz", timeout=5).status_code == 200,
-            120, kube_cluster, namespace,
-        )  # fmt: skip
-        procs.append(subprocess.Popen(
-            [*ECTL, "serve", "--store", f"http://127.0.0.1:{fs_port}/{store_path}", "--version",
-             version, "--port", str(serve_port), "--poll-interval", "2", "--cache",
-             str(tmp_path / "cache")],
+            [*ECTL, "serve", "--store", store_url, "--version", version, "--port",
+             str(serve_port), "--poll-interval", "2", "--cache", str(tmp_path / "cache")],
             env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),
         ))  # fmt: skip
         url = f"http://127.0.0.1:{serve_port}"

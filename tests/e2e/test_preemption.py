@@ -3,7 +3,10 @@
 Two releases of the published chart, one after the other, train the same three generated
 hours (hours trained one at a time, `window` 1) with the same model, with 3 trainers (min 1)
 in the chart's low, preemptible PriorityClass and the coordinator and pserver in its high
-one:
+one. Data and model store are on S3 (a real SeaweedFS on the node IP, `cluster_s3`, with
+checked credentials that the pods get from an existing Secret through `global.s3`): the
+pods read the hours, keep the coordinator's record and publish the versions there, with no
+fileserver in the release.
 
 - undisturbed (`e2e-calm`): nothing else asks for the node; the three hours are uploaded
   at once;
@@ -32,6 +35,8 @@ numbers.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import time
 
@@ -57,8 +62,9 @@ GENERATE = ("--slots", "0-7", "--vocab", "100")
 MODEL = {"name": "lr", "batchSize": 128, "optimizer": "adagrad"}
 SPARSE_DIM = 1000001
 TRAINERS, MIN_TRAINERS = 3, 1
-# Requests of the release's other pods (values below plus the fileserver's chart default).
-OTHERS_MILLICPU = 50 + 200 + 100
+# Requests of the release's other pods (coordinator and pserver, values below).
+OTHERS_MILLICPU = 50 + 200
+S3_SECRET = "s3-cred"
 TENANT = "tenant"
 AUC_TOLERANCE = 0.01
 
@@ -152,24 +158,42 @@ def volcano_job(kube_cluster, namespace: str) -> dict:
     return job
 
 
-def override_values(namespace: str, trainer_millicpu: int) -> dict:
-    """The release's values: the training job and the fileserver only (no cube, serving or
-    MLflow), the linear model (its held-out AUC is stable from run to run, docs/coordinator.md),
-    small tasks so three trainers share an hour, and the per-role PriorityClasses created by
-    the release."""
+def store(s3, namespace: str) -> str:
+    """The release's own prefix in the test bucket: `{store}/data` and `{store}/models`."""
+    from tests.s3_fixture import TEST_BUCKET
+
+    return f"s3://{TEST_BUCKET}/{namespace}"
+
+
+def override_values(namespace: str, trainer_millicpu: int, s3) -> dict:
+    """The release's values: the training job only (no fileserver, cube, serving or MLflow),
+    data and model store on the cluster's S3 with credentials from an existing Secret, the
+    linear model (its held-out AUC is stable from run to run, docs/coordinator.md), small
+    tasks so three trainers share an hour, and the per-role PriorityClasses created by the
+    release."""
+    from tests.s3_fixture import REGION
+
     return {
         "global": {
             "data": {
+                "path": f"{store(s3, namespace)}/data",
                 "startDateHour": HOURS[0],
                 "endDateHour": HOURS[-1],
                 "sparseDim": SPARSE_DIM,
                 "slots": SLOTS,
             },
+            "modelStore": f"{store(s3, namespace)}/models",
+            "s3": {
+                "endpoint": s3.endpoint,
+                "region": REGION,
+                "pathStyle": True,
+                "existingSecret": S3_SECRET,
+            },
             # No MLflow server in this release: each exporting trainer reports to an SQLite
             # store in its pod's /tmp (emptyDir), gone with the pod.
             "mlflow": {"trackingUri": "sqlite:////tmp/mlflow.db"},
         },
-        "fileserver": {"persistence": {"size": "1Gi"}},
+        "fileserver": {"enabled": False},
         "cube": {"enabled": False},
         "serving": {"enabled": False},
         "mlflow": {"enabled": False},
@@ -267,12 +291,32 @@ def runs(tmp_path_factory):
     return {"data": tmp_path_factory.mktemp("preempt-data")}
 
 
-def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, tenant: bool) -> dict:
+def s3_secret(kube_cluster, namespace: str, s3) -> None:
+    """The namespace and the Secret holding the S3 credentials (global.s3.existingSecret),
+    as a user creates them before installing."""
+    from kubernetes import client
+
+    core = releases.core_api(kube_cluster)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=S3_SECRET),
+            string_data={
+                "AWS_ACCESS_KEY_ID": s3.access_key,
+                "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            },
+        ),
+    )
+
+
+def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: bool) -> dict:
     """Install, train the three hours on the schedule of the module docstring (with the tenant
     when asked), read the results, uninstall."""
     h, ns, out = kube_cluster, namespace, {}
     values = tmp_path / "values.yaml"
-    values.write_text(json.dumps(override_values(ns, sizing["trainer"])))
+    values.write_text(json.dumps(override_values(ns, sizing["trainer"], s3)))
+    s3_secret(h, ns, s3)
     t0 = time.monotonic()
     releases.run_ectl(
         h,
@@ -310,7 +354,12 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, tenant: bool) -
             return all(parts.get(hour, {}).get("exported") for hour in hours)
 
         def upload(first: int, count: int) -> None:
-            releases.upload_hours(h, RELEASE, ns, HOURS[first], count, LINES, FILES, SEED, GENERATE)
+            """Hours written to S3 (partitions + donefiles), as a user's pipeline does."""
+            args = releases.generate_args(HOURS[first], count, LINES, FILES, SEED, GENERATE)
+            subprocess.run(
+                [*releases.ECTL, "data", "generate", f"{store(s3, ns)}/data", *args],
+                check=True, capture_output=True, timeout=600, env={**os.environ, **s3.env},
+            )  # fmt: skip
 
         with Utilisation(h) as util:
             t_run = time.monotonic()
@@ -378,7 +427,7 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, tenant: bool) -
         out["tasks_retried"] = final.get("tasks_retried")
         job = volcano_job(h, ns)
         out["retry_count"] = (job.get("status") or {}).get("retryCount", 0)
-        out["auc"] = heldout_auc(h, ns)
+        out["auc"] = heldout_auc(s3, ns)
     finally:
         t_un = time.monotonic()
         releases.run_ectl(
@@ -388,34 +437,15 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, tenant: bool) -
     return out
 
 
-AUC_SCRIPT = (
-    "import json, sys\n"
-    "from elasticctr.modelstore import open_store\n"
-    "store = open_store(sys.argv[1] + '/models')\n"
-    "print(json.dumps({v: store.read_manifest(v)['metrics']['auc'] for v in sys.argv[2:]}))\n"
-)
+def heldout_auc(s3, namespace: str) -> dict[str, float]:
+    """Each hour's held-out AUC, from the manifest of its published model version on S3."""
+    from tests.s3_fixture import s3_env
 
+    from elasticctr.modelstore import open_store
 
-def heldout_auc(kube_cluster, namespace: str) -> dict[str, float]:
-    """Each hour's held-out AUC, from the manifest of its published model version."""
-    proc = releases.run_ectl(
-        kube_cluster,
-        namespace,
-        "port-forward",
-        "fileserver",
-        "-R",
-        RELEASE,
-        "-n",
-        namespace,
-        "--",
-        releases.ECTL[0],
-        "-c",
-        AUC_SCRIPT,
-        "{url}",
-        *HOURS,
-        timeout=300,
-    )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    with s3_env(s3):
+        models = open_store(f"{store(s3, namespace)}/models")
+        return {hour: models.read_manifest(hour)["metrics"]["auc"] for hour in HOURS}
 
 
 def expected(runs) -> int:
@@ -427,8 +457,12 @@ def expected(runs) -> int:
     return runs["expected"]
 
 
-def test_undisturbed_job_counts_every_sample_once(kube_cluster, published, sizing, runs, tmp_path):
-    calm = _train(kube_cluster, published["chart"], CALM, sizing, tmp_path, tenant=False)
+def test_undisturbed_job_counts_every_sample_once(
+    kube_cluster, published, sizing, runs, tmp_path, cluster_s3
+):
+    calm = _train(
+        kube_cluster, published["chart"], CALM, sizing, tmp_path, cluster_s3, tenant=False
+    )
     runs["calm"] = calm
     print(f"\nundisturbed: {json.dumps(calm)}")
     assert calm["samples"] == expected(runs), calm
@@ -436,9 +470,9 @@ def test_undisturbed_job_counts_every_sample_once(kube_cluster, published, sizin
 
 
 def test_trainers_preempted_to_the_minimum_and_back_train_the_same_model(
-    kube_cluster, published, sizing, runs, tmp_path
+    kube_cluster, published, sizing, runs, tmp_path, cluster_s3
 ):
-    busy = _train(kube_cluster, published["chart"], BUSY, sizing, tmp_path, tenant=True)
+    busy = _train(kube_cluster, published["chart"], BUSY, sizing, tmp_path, cluster_s3, tenant=True)
     calm = runs.get("calm")
     print(f"\ndisturbed: {json.dumps(busy)}\nundisturbed: {json.dumps(calm)}")
     assert busy["samples"] == expected(runs), busy

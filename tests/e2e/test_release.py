@@ -1,13 +1,17 @@
-"""The chart on the one-node cluster, run the way a user runs it, through `ectl` and `helm`.
+"""The chart on the one-node cluster, run the way a user runs it, through `ectl` and `helm`,
+with its data and model store on HDFS, where ElasticCTR's users keep them.
 
-The published chart (`make publish` to the local OCI registry: images and chart) is
-installed with `ectl install --wait` on the demo values; hours of data are uploaded to the
-release's fileserver with `ectl port-forward fileserver -- ectl data generate`; the Volcano
-Job trains them, publishes one model version per hour to the fileserver store, cube-transfer
-builds and commits each, cube and serving switch to the newest; `helm test` passes; `ectl
-status` shows it all; predictions through `ectl port-forward serving -- ectl predict` equal
-a local `ectl serve` of the same version; MLflow has the run, the registered versions and
-the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
+A real HDFS (MiniDFSCluster with permissions on, on the node IP: `cluster_hdfs`) holds
+`/ctr`, owned by the HDFS user `ctr`. ElasticCTR's own `data.config` (HDFS_ADDRESS, HDFS_UGI
+`ctr,...`, DATASET_PATH) and `slot.conf` go through `ectl init` into a values file that the
+published chart (`make publish` to the local OCI registry: images and chart) installs with
+`ectl install --wait` over the demo values. Hours of data are written to HDFS with `ectl data
+generate` (partitions + donefiles); the Volcano Job's pods read them from HDFS, publish one
+model version per hour to the HDFS model store as `ctr`, cube-transfer builds and commits
+each from HDFS, cube and serving switch to the newest; `helm test` passes; `ectl status`
+shows it all; predictions through `ectl port-forward serving -- ectl predict` equal a local
+`ectl serve` of the same version read from HDFS; MLflow has the run, the registered versions
+and the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
 deleted trainer pod is replaced alone and no sample is counted twice; a pserver pod deleted
 mid-hour restarts the whole job from its last checkpoint, which trains and publishes that
 hour with every sample counted once; `ectl rollback` restores the previous revision and
@@ -18,8 +22,8 @@ The tests of this module run in order on one release (module-scoped fixture).
 
 from __future__ import annotations
 
-import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -46,6 +50,9 @@ FIRST, REST, LAST = HOURS[:2], HOURS[2:4], HOURS[4]
 UPLOADS = ((FIRST[0], len(FIRST)), (REST[0], len(REST)), (LAST, 1))
 LINES = 3000  # per hour: the job trains an hour in seconds; enough for a held-out AUC
 SEED = 11
+HDFS_USER = "ctr"  # owns /ctr on the cluster's HDFS; the release's HDFS_UGI names it
+HDFS_UGI = f"{HDFS_USER},ctr-password"
+DATA_DIR, MODELS_DIR = "/ctr/train_data", "/ctr/models"
 
 
 _env = releases.kube_env
@@ -72,9 +79,44 @@ def chart_ref(published) -> str:
 
 
 @pytest.fixture(scope="module")
-def release(kube_cluster, chart_ref):
-    """The installed release; uninstalled at the end if a test left it."""
-    state: dict = {"chart": chart_ref, "t0": time.monotonic()}
+def hdfs(cluster_hdfs):
+    """`/ctr` on the cluster's HDFS, owned by `ctr` and closed to other users (0755)."""
+
+    def prepare(client) -> None:
+        client.mkdirs("/ctr", permission=0o755, create_parent=True)
+        client.set_owner("/ctr", HDFS_USER, HDFS_USER)
+
+    cluster_hdfs.as_superuser(prepare)
+    return cluster_hdfs
+
+
+@pytest.fixture(scope="module")
+def release(kube_cluster, chart_ref, hdfs, tmp_path_factory):
+    """The installed release; uninstalled at the end if a test left it. Its values are the
+    demo values plus what `ectl init` makes of ElasticCTR's data.config and slot.conf."""
+    tmp = tmp_path_factory.mktemp("release")
+    data_config = tmp / "data.config"
+    data_config.write_text(
+        "# ElasticCTR data.config of the test HDFS\n"
+        f'export HDFS_ADDRESS="{hdfs.url}"\n'
+        f'export HDFS_UGI="{HDFS_UGI}"\n'
+        f"export START_DATE_HR={HOURS[0]}\n"
+        f"export END_DATE_HR={HOURS[-1]}\n"
+        f'export DATASET_PATH="{DATA_DIR}"\n'
+        'export SPARSE_DIM="1000001"\n'
+    )
+    values = tmp / "ctr.yaml"
+    ectl(
+        kube_cluster,
+        "init", "-f", str(data_config), "-s", str(REPO / "tests/fixtures/elasticctr/slot.conf"),
+        "--model-store", f"hdfs://{MODELS_DIR}", "-O", str(values), "--no-interactive",
+    )  # fmt: skip
+    state: dict = {
+        "chart": chart_ref,
+        "t0": time.monotonic(),
+        "values": ["-f", str(REPO / "values" / "demo.yaml"), "-f", str(values)],
+        "hdfs": hdfs,
+    }
     yield state
     ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", check=False, timeout=300)
 
@@ -98,21 +140,13 @@ def pods(kube_cluster, component: str | None = None) -> list:
     return [p for p in items if component_name(p.metadata.labels) == component]
 
 
-def fileserver_token(kube_cluster) -> str:
-    secret = core_api(kube_cluster).read_namespaced_secret(f"{RELEASE}-fileserver", NS)
-    return base64.b64decode(secret.data["token"]).decode()
-
-
-def upload_hours(kube_cluster, tmp_path: Path, start: str, hours: int) -> None:
-    """Generate hours with a fixed seed (same bytes as a local copy) and upload them to the
-    release's fileserver through `ectl port-forward` (partitions + donefiles)."""
-    ectl(
-        kube_cluster,
-        "port-forward", "fileserver", "-R", RELEASE, "-n", NS, "--",
-        *ECTL, "data", "generate", "{url}/data", "--start", start, "--hours", str(hours),
-        "--lines", str(LINES), "--files", "2", "--seed", str(SEED),
-        env={"ELASTICCTR_FILESERVER_TOKEN": fileserver_token(kube_cluster)},
-        timeout=600,
+def upload_hours(release: dict, start: str, hours: int) -> None:
+    """Generate hours with a fixed seed (same bytes as a local copy) and write them to HDFS
+    as the release's HDFS user (partitions + donefiles), as a user's data pipeline does."""
+    subprocess.run(
+        [*ECTL, "data", "generate", f"{release['hdfs'].url}{DATA_DIR}", "--start", start,
+         "--hours", str(hours), "--lines", str(LINES), "--files", "2", "--seed", str(SEED)],
+        check=True, capture_output=True, timeout=600, env={**os.environ, "HDFS_UGI": HDFS_UGI},
     )  # fmt: skip
 
 
@@ -161,8 +195,7 @@ def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
     t0 = time.monotonic()
     ectl(
         kube_cluster,
-        "install", "--chart", release["chart"], "-f", str(REPO / "values" / "demo.yaml"),
-        "--set", f"global.data.endDateHour={HOURS[-1]}",
+        "install", "--chart", release["chart"], *release["values"],
         "-R", RELEASE, "-n", NS, "--create-namespace", "--wait", "--timeout", "10m",
         timeout=900,
     )  # fmt: skip
@@ -178,7 +211,7 @@ def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
 
 def test_hours_are_trained_published_committed_and_served(kube_cluster, release, tmp_path):
     t0 = time.monotonic()
-    upload_hours(kube_cluster, tmp_path, FIRST[0], len(FIRST))
+    upload_hours(release, FIRST[0], len(FIRST))
     wait_until(
         f"hours {FIRST} exported", lambda: set(FIRST) <= exported(kube_cluster), 900,
         kube_cluster, NS,
@@ -206,6 +239,23 @@ def test_hours_are_trained_published_committed_and_served(kube_cluster, release,
     table = ectl(kube_cluster, "status", "-R", RELEASE, "-n", NS, env={"COLUMNS": "200"}).stdout
     assert f"model version {FIRST[-1]}" in table and "newest model version" in table, table
 
+    # The pods wrote the versions to HDFS as the release's HDFS user (its HDFS_UGI reached
+    # every role); another user may not write under /ctr.
+    def owners(client) -> set[str]:
+        version = f"{MODELS_DIR}/versions/{FIRST[-1]}"
+        return {f.owner for f in client.list_status(version)} | {
+            client.get_file_info(version).owner
+        }
+
+    assert release["hdfs"].as_superuser(owners) == {HDFS_USER}
+    intruder = subprocess.run(
+        [*ECTL, "data", "generate", f"{release['hdfs'].url}{DATA_DIR}", "--start", "20200402/00",
+         "--hours", "1", "--lines", "10"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HDFS_UGI": "intruder,wrong"},
+    )  # fmt: skip
+    assert intruder.returncode != 0 and "ermission" in intruder.stderr, intruder.stderr[-2000:]
+
 
 def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
     kube_cluster, release, tmp_path
@@ -221,8 +271,9 @@ def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
     )  # fmt: skip
     assert f"version={version}" in deployed.stderr, deployed.stderr
     theirs = releases.local_predictions(
-        kube_cluster, NS, RELEASE, "models", version, samples, tmp_path
-    )
+        kube_cluster, NS, RELEASE, "", version, samples, tmp_path,
+        store_url=f"{release['hdfs'].url}{MODELS_DIR}", env={"HDFS_UGI": HDFS_UGI},
+    )  # fmt: skip
     ours = [float(x) for x in deployed.stdout.split()]
     assert len(ours) == len(theirs) == 300
     assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) <= 2e-6
@@ -269,8 +320,8 @@ def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone
     assert len(before) == 2, before
     ectl(
         kube_cluster,
-        "upgrade", "--chart", release["chart"], "-f", str(REPO / "values" / "demo.yaml"),
-        "--set", f"global.data.endDateHour={HOURS[-1]}", "--set", "trainer.trainer.replicas=3",
+        "upgrade", "--chart", release["chart"], *release["values"],
+        "--set", "trainer.trainer.replicas=3",
         "-R", RELEASE, "-n", NS, "--wait", "--timeout", "10m",
         timeout=900,
     )  # fmt: skip
@@ -307,7 +358,7 @@ def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone
     assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
 
     # the rest of the hours: every sample of every hour trained exactly once
-    upload_hours(kube_cluster, tmp_path, REST[0], len(REST))
+    upload_hours(release, REST[0], len(REST))
     done = FIRST + REST
     wait_until(f"all of {done} exported", lambda: set(done) <= exported(kube_cluster), 900,
                kube_cluster, NS)  # fmt: skip
@@ -355,7 +406,7 @@ def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, re
     done = {p["partition"] for p in progress["partitions"] if p["exported"]}
     assert done == set(FIRST + REST), progress
 
-    upload_hours(kube_cluster, tmp_path, LAST, 1)
+    upload_hours(release, LAST, 1)
 
     # Mid-hour: the coordinator handed out LAST's tasks (leased, or done and not yet
     # exported). Polled through the pod proxy: an hour of this size trains in seconds.
