@@ -1,7 +1,8 @@
 """cube-transfer's status server (issue 24): a model store the transfer cannot read shows
 in its /readyz and /v1/status, not only in its log. Real processes: `ectl cube transfer`,
 an `ectl cube server` shard and the project's fileserver as the model store, which is
-down at first and started (and stopped again) under the running transfer."""
+down at first and started (and stopped again) under the running transfer; `ectl status`'s
+model store row is made from the transfer's real answers."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from _cube_procs import ShardProc, make_version, random_keys
 from tests.fileserver_fixture import running_fileserver
 
+from elasticctr.cli.status import store_from_transfer, store_row
 from elasticctr.constants import ENV_FILESERVER_TOKEN
 from elasticctr.net import free_port, wait_for_port
 from elasticctr.scenarios import SCENARIOS_DIR, DirRegistry, Scenario
@@ -100,6 +102,10 @@ def test_unreachable_store_is_not_ready_until_it_can_be_read(tmp_path, shard):
         assert status["modelStore"] == store_url and status["lastOkAt"] is None
         assert status["newestVersion"] is None and status["committed"] is None
         assert TOKEN not in transfer.get("/v1/status").text
+        # `ectl status`'s model store row, from this very answer.
+        seen = store_from_transfer(transfer.get("/v1/status").json())
+        assert seen["readable"] is False and seen["error"].startswith(store_url)
+        assert store_row(seen).startswith(f"[red]not readable[/red]: {store_url}")
 
         # The shard comes up: the watcher polls (and fails) through its main loop now.
         shard.start()
@@ -123,6 +129,8 @@ def test_unreachable_store_is_not_ready_until_it_can_be_read(tmp_path, shard):
             ready = transfer.get("/readyz")
             assert ready.status_code == 200, ready.text
             assert ready.json() == {"ready": True, "modelStore": store_url, "newestVersion": V0}
+            row = store_row(store_from_transfer(transfer.get("/v1/status").json()))
+            assert row.startswith(f"{store_url}: readable at ") and row.endswith(V0), row
             assert shard.wait_ready(V0, timeout=30)
             fileserver.kill()
             fileserver.wait()
@@ -131,6 +139,8 @@ def test_unreachable_store_is_not_ready_until_it_can_be_read(tmp_path, shard):
         assert transfer.get("/readyz").status_code == 503
         assert status["newestVersion"] == V0 and status["committed"] == V0
         assert status["lastOkAt"] is not None
+        row = store_row(store_from_transfer(transfer.get("/v1/status").json()))
+        assert f"last good read {status['lastOkAt']}, newest version then {V0}" in row, row
         elapsed = time.monotonic() - t0
     finally:
         code = transfer.stop()

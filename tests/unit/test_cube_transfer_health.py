@@ -1,10 +1,11 @@
-"""cube-transfer's view of its model store (readiness rule, status fields, no credentials).
-The transfer against real stores that go away and come back:
-tests/integration/test_cube_transfer_status.py."""
+"""cube-transfer's view of its model store (readiness rule, status fields, no credentials)
+and `ectl status`'s choice of where to read the store from. The transfer against real
+stores that go away and come back: tests/integration/test_cube_transfer_status.py."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -82,3 +83,77 @@ def test_listen_address(text, address):
 def test_listen_address_refused(text):
     with pytest.raises(EctlError, match="expected HOST:PORT"):
         parse_listen(text)
+
+
+class _Core:
+    """The two proxy calls `ectl status` makes, answering like the API server would."""
+
+    def __init__(self, transfer_doc: dict | None = None):
+        self.transfer_doc = transfer_doc
+        self.calls: list[tuple[str, str]] = []
+
+    def connect_get_namespaced_pod_proxy_with_path(self, name, namespace, path, **_):
+        self.calls.append((name, path))
+        return SimpleNamespace(data=json.dumps(self.transfer_doc).encode())
+
+    def connect_get_namespaced_service_proxy_with_path(self, name, namespace, path, **_):
+        self.calls.append((name, path))
+        listing = {"models/versions/": ["20200401/"], "models/versions/20200401/": ["07/"]}
+        entries = listing.get(path, ["donefile", "manifest.json"])
+        return SimpleNamespace(
+            data=json.dumps({"entries": [{"name": n} for n in entries]}).encode()
+        )
+
+
+def _pod(component: str, phase: str = "Running", port: int = 8510):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            name=f"ctr-{component}-x", labels={"app.kubernetes.io/component": component}
+        ),
+        status=SimpleNamespace(phase=phase),
+        spec=SimpleNamespace(
+            containers=[SimpleNamespace(ports=[SimpleNamespace(container_port=port)])]
+        ),
+    )
+
+
+def _service(name: str, port: int):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name),
+        spec=SimpleNamespace(ports=[SimpleNamespace(port=port)]),
+    )
+
+
+def test_status_reads_the_store_through_cube_transfer_and_else_the_fileserver():
+    from elasticctr.cli.status import _model
+
+    fileserver = {"fileserver": _service("ctr-fileserver", 8080)}
+    doc = {
+        "ready": True,
+        "detail": None,
+        "modelStore": "s3://models/prod",
+        "lastPollAt": "2026-12-01T10:00:00Z",
+        "lastOkAt": "2026-12-01T10:00:00Z",
+        "lastError": None,
+        "newestVersion": "20200401/09",
+        "committed": "20200401/09",
+    }
+    core = _Core(doc)
+    model = _model(core, "ml", [_pod("cube-transfer")], fileserver)
+    assert core.calls == [("ctr-cube-transfer-x:8510", "v1/status")]  # no fileserver listing
+    assert model["newestVersion"] == "20200401/09"
+    assert model["store"]["source"] == "cube-transfer" and model["store"]["readable"]
+    assert model["cube"] == {"unavailable": "no cube service"}
+
+    # No running cube-transfer (a training-only release, or its pod is pending): the
+    # release fileserver's listing.
+    core = _Core()
+    model = _model(core, "ml", [_pod("cube-transfer", phase="Pending")], fileserver)
+    assert model["newestVersion"] == "20200401/07"
+    assert model["store"]["source"] == "fileserver"
+    assert model["store"]["url"] == "http://ctr-fileserver.ml.svc:8080/models"
+    assert all(name == "ctr-fileserver:8080" for name, _ in core.calls)
+
+    # Neither: said so, in the same two places.
+    model = _model(_Core(), "ml", [], {})
+    assert "unavailable" in model["store"] and "unavailable" in model["newestVersion"]
