@@ -6,11 +6,13 @@ model store row is made from the transfer's real answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +22,9 @@ from _cube_procs import ShardProc, make_version, random_keys
 from tests.fileserver_fixture import running_fileserver
 
 from elasticctr.cli.status import store_from_transfer, store_row
-from elasticctr.constants import ENV_FILESERVER_TOKEN
+from elasticctr.constants import ENV_FILESERVER_TOKEN, ENV_HDFS_UGI
+from elasticctr.cube.transfer import Transfer
+from elasticctr.modelstore import open_store
 from elasticctr.net import free_port, wait_for_port
 from elasticctr.scenarios import SCENARIOS_DIR, DirRegistry, Scenario
 
@@ -193,3 +197,32 @@ def test_a_scenario_error_leaves_the_platform_transfer_ready(tmp_path, shard):
         finally:
             code = transfer.stop()
     assert code == 0, transfer.log.read_text()
+
+
+def test_an_hdfs_store_the_hdfs_user_may_not_read_is_not_ready(minihdfs, tmp_path, monkeypatch):
+    """The real test HDFS; a model store folder only its owner may open. The store is read
+    with HDFS_UGI's user at every poll, so fixing the user fixes readiness."""
+    store = minihdfs.make_open_dir(f"/models-{uuid.uuid4().hex[:8]}", mode=0o700)
+    monkeypatch.setenv(ENV_HDFS_UGI, "intruder,pw-9d2e")
+    transfer = Transfer(  # its shard is never asked: only the store is read here
+        cube_root=tmp_path / "cube", shard_urls=["http://127.0.0.1:9"], store=store
+    )
+    try:
+        transfer.probe_store()
+        ready, detail = transfer.readiness()
+        assert not ready and detail.startswith(store), detail
+        assert "permission denied on HDFS" in detail and "user=intruder" in detail, detail
+        status = transfer.status_doc()
+        assert status["lastError"] and status["modelStore"] == store
+        assert "pw-9d2e" not in json.dumps(status)
+
+        owner = f"{minihdfs.superuser},x"
+        keys = random_keys(200, seed=13)
+        local = make_version(tmp_path / "local", V0, keys, 1)
+        open_store(store, hdfs_ugi=owner).publish(local, V0)
+        monkeypatch.setenv(ENV_HDFS_UGI, owner)
+        transfer.probe_store()
+        assert transfer.readiness() == (True, None)
+        assert transfer.status_doc()["newestVersion"] == V0
+    finally:
+        transfer.close()
