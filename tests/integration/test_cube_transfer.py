@@ -207,7 +207,7 @@ def test_watcher_publishes_new_versions_and_repairs_a_restarted_shard(env, tmp_p
     log = open(tmp_path / "transfer.log", "wb")  # noqa: SIM115 - closed below
     watcher = subprocess.Popen(
         [sys.executable, "-m", "elasticctr.cli.main", "cube", "transfer", *env["transfer"],
-         "--interval", "0.3"],
+         "--interval", "0.3", "--listen", "127.0.0.1:0"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -291,7 +291,7 @@ def test_watcher_waits_for_shards_that_start_later(tmp_path):
     watcher = subprocess.Popen(
         [sys.executable, "-m", "elasticctr.cli.main", "cube", "transfer", "--model-store",
          str(store), "--cube-root", str(cube_root), "--shard-url", shard.url,
-         "--interval", "0.3"],
+         "--interval", "0.3", "--listen", "127.0.0.1:0"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

@@ -437,7 +437,20 @@ STATUS_SAMPLE = {
         "tasks_retried": 1,
         "samples": 120000,
     },
-    "model": {"newestVersion": "20200401/00", "cube": {"committed": "20200401/00"}},
+    "model": {
+        "newestVersion": "20200401/00",
+        "store": {
+            "source": "cube-transfer",
+            "url": "http://ctr-fileserver:8080/models",
+            "readable": True,
+            "newestVersion": "20200401/00",
+            "error": None,
+            "lastOkAt": "2026-11-30T23:00:05Z",
+            "lastPollAt": "2026-11-30T23:00:05Z",
+            "scenarios": {"coupon": {"newestVersion": None, "error": None}},
+        },
+        "cube": {"committed": "20200401/00"},
+    },
     "serving": {
         "deployment": "ctr-serving",
         "ready": 1,
@@ -462,6 +475,9 @@ def test_status_tables_render_every_section(capsys):
         "job ctr-trainer-ab12",
         "Running (running 4, pending 0, failed 0, retries 1)",
         "1/2 partitions exported, tasks done 12, leased 2, pending 5, retried 1, samples 120000",
+        "model store",
+        "http://ctr-fileserver:8080/models: readable at 2026-11-30T23:00:05Z, newest version "
+        "20200401/00",
         "newest model version",
         "cube committed version",
         "1/2 ready, model version 20200401/00",
@@ -481,7 +497,11 @@ def test_status_tables_show_what_is_not_up_yet(capsys):
     sample.update(
         jobs=[{"unavailable": "Volcano jobs: HTTP 404 the server could not find it"}],
         coordinator={"unavailable": "no running coordinator pod"},
-        model={"newestVersion": None, "cube": {"committed": None}},
+        model={
+            "newestVersion": None,
+            "store": {"unavailable": "no running cube-transfer pod and no fileserver service"},
+            "cube": {"committed": None},
+        },
         serving={"unavailable": "no serving Deployment"},
         mlflow={"unavailable": "mlflow disabled"},
         pods=[],
@@ -507,8 +527,104 @@ def test_status_tables_show_what_is_not_up_yet(capsys):
         "none yet",
         "no serving Deployment",
         "mlflow disabled",
+        "no running cube-transfer pod and no fileserver service",
     ):
         assert expected in out, expected
+
+
+# What a platform's cube-transfer answers on GET /v1/status while its store (an HDFS
+# namenode here) refuses it; elasticctr.cube.transfer.PlatformTransfer.status_doc's shape.
+TRANSFER_DOWN = {
+    "ready": False,
+    "detail": "hdfs://nn:9000/models/versions: permission denied on HDFS (Permission denied: "
+    'user=bob, access=READ_EXECUTE, inode="/models/versions":hdfs:supergroup:drwx------)',
+    "modelStore": "hdfs://nn:9000/models",
+    "lastPollAt": "2026-12-01T10:00:30Z",
+    "lastOkAt": "2026-12-01T09:00:00Z",
+    "lastError": "hdfs://nn:9000/models/versions: permission denied on HDFS (...)",
+    "newestVersion": "20200401/05",
+    "committed": "20200401/05",
+    "shardsError": None,
+    "registry": "kube:ctr",
+    "registryError": None,
+    "scenarios": {
+        "default": {"modelStore": "hdfs://nn:9000/models", "error": "the store's own error"},
+        "coupon": {
+            "modelStore": "hdfs://nn:9000/models/scenarios/coupon",
+            "newestVersion": "20200401/04",
+            "lastError": "hdfs://nn:9000/models/scenarios/coupon/versions: ...",
+            "error": "version 20200401/04 rejected: [bad] sha256 differs",
+            "committed": None,
+        },
+    },
+}
+
+
+@pytest.mark.fast
+def test_status_model_store_row_names_the_unreadable_store_and_its_error(capsys):
+    from elasticctr.cli._common import console
+    from elasticctr.cli.status import _print_status, store_from_transfer
+
+    store = store_from_transfer(TRANSFER_DOWN)
+    assert store == {
+        "source": "cube-transfer",
+        "url": "hdfs://nn:9000/models",
+        "readable": False,
+        "newestVersion": "20200401/05",
+        "error": TRANSFER_DOWN["detail"],
+        "lastOkAt": "2026-12-01T09:00:00Z",
+        "lastPollAt": "2026-12-01T10:00:30Z",
+        "scenarios": {
+            "coupon": {
+                "newestVersion": "20200401/04",
+                "error": "version 20200401/04 rejected: [bad] sha256 differs",
+            }
+        },
+    }
+    # The JSON output's shape: the keys of STATUS_SAMPLE's readable store, always.
+    assert set(store) == set(STATUS_SAMPLE["model"]["store"])
+    console.width = 400
+    sample = dict(STATUS_SAMPLE)
+    sample["model"] = {"newestVersion": "20200401/05", "store": store, "cube": {"committed": None}}
+    _print_status(sample)
+    out = flat(capsys.readouterr().out)
+    assert (
+        "model store │ not readable: hdfs://nn:9000/models/versions: permission denied on HDFS "
+        "(Permission denied: user=bob" in out
+    ), out
+    assert "last good read 2026-12-01T09:00:00Z, newest version then 20200401/05" in out
+    # A scenario's own error gets its own row; rich markup in messages is printed as is.
+    assert "model store (coupon) │ version 20200401/04 rejected: [bad] sha256 differs" in out
+
+
+@pytest.mark.fast
+def test_status_model_store_row_before_the_first_read_and_from_the_fileserver(capsys):
+    from elasticctr.cli.status import store_from_fileserver, store_from_transfer, store_row
+
+    first = {
+        "ready": False,
+        "detail": "s3://ctr-models/prod: not read yet",
+        "modelStore": "s3://ctr-models/prod",
+        "lastPollAt": None,
+        "lastOkAt": None,
+        "lastError": None,
+        "newestVersion": None,
+        "committed": None,
+    }
+    row = store_row(store_from_transfer(first))
+    assert row == "[red]not readable[/red]: s3://ctr-models/prod: not read yet; never read"
+    listing = store_from_fileserver(None, "http://ctr-fileserver.ml.svc:8080/models")
+    assert listing["readable"] and listing["newestVersion"] is None
+    assert store_row(listing) == (
+        "http://ctr-fileserver.ml.svc:8080/models: readable (the fileserver's listing), "
+        "newest version none yet"
+    )
+    failed = store_from_fileserver({"unavailable": "fileserver: HTTP 503"}, "http://fs/models")
+    assert failed["error"] == "fileserver: HTTP 503" and not failed["readable"]
+    assert store_row(failed) == (
+        "[red]not readable[/red] (the fileserver's listing): fileserver: HTTP 503"
+    )
+    assert "unexpected" in store_from_transfer("<html>")["unavailable"]
 
 
 @pytest.mark.fast

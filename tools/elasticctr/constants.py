@@ -91,6 +91,9 @@ ENV_CUBE_ADMIN_TOKEN = "ELASTICCTR_CUBE_ADMIN_TOKEN"
 ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
 """Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
 CUBE_PORT = 8500
+CUBE_TRANSFER_PORT = 8510
+"""cube-transfer's status server (/healthz, /readyz, /v1/status; `--listen`). The chart's
+transfer container declares it (tests/unit/test_chart_defaults.py keeps them equal)."""
 
 # --- training roles (Paddle Fleet parameter server) ------------------------------------
 # One environment contract for local processes and pods; see docs/training.md. The PADDLE_*

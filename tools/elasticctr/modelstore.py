@@ -43,6 +43,29 @@ from elasticctr.data import storage
 from elasticctr.errors import EctlError
 
 
+def redact_url(text: str, url: str | None = None) -> str:
+    """`text` without the credentials a store URL may carry: the password of its
+    userinfo (``http://user:***@host``) and its query string (``?***``, e.g. a presigned
+    signature). `url` is the URL whose secrets to hide in `text` (an error message
+    naming it); by default `text` is that URL itself."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if url is not None else text)
+    except ValueError:
+        return text
+    if "://" not in (url if url is not None else text):
+        return text
+    secrets = []
+    if parts.password:
+        secrets.append(f":{parts.password}@")
+    if parts.query:
+        secrets.append(f"?{parts.query}")
+    for secret in secrets:
+        text = text.replace(secret, ":***@" if secret.endswith("@") else "?***")
+    return text
+
+
 def with_hdfs_address(url: str, hdfs_address: str | None) -> str:
     """``hdfs:///models`` + ``hdfs://nn:9000`` -> ``hdfs://nn:9000/models``."""
     if url.startswith("hdfs:///") and hdfs_address:

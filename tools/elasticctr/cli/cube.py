@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from elasticctr.constants import CUBE_PORT, ENV_CUBE_SHARDS
+from elasticctr.constants import CUBE_PORT, CUBE_TRANSFER_PORT, ENV_CUBE_SHARDS
 from elasticctr.errors import EctlError
 
 cube_app = typer.Typer(
@@ -127,14 +127,23 @@ def transfer(
     scenario: str = typer.Option(
         "default", help="With --once/--version: the scenario (table) to publish."
     ),
+    listen: str = typer.Option(
+        f"0.0.0.0:{CUBE_TRANSFER_PORT}",
+        help="HOST:PORT of the watcher's status server (/healthz, /readyz, /v1/status; "
+        "port 0 picks a free one). Not started with --once/--version.",
+    ),
 ) -> None:
-    """Watch the model store; build, load on all shards, commit (two-phase), keep K versions."""
-    import signal
+    """Watch the model store; build, load on all shards, commit (two-phase), keep K versions.
+
+    While watching, serves GET /healthz, /readyz (200 once the latest read of the model
+    store succeeded, else 503 naming the store and the error) and /v1/status."""
 
     from elasticctr.cube.transfer import PlatformTransfer, Transfer
+    from elasticctr.cube.transfer_server import parse_listen
     from elasticctr.scenarios import check_name, open_registry
 
     _logging()
+    address = parse_listen(listen)
     if scenarios and not (version or once):
         p = PlatformTransfer(
             cube_root=cube_root,
@@ -145,10 +154,8 @@ def transfer(
             notify=notify,
             echo=typer.echo,
         )
-        stopping: list[int] = []
-        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
         try:
-            p.run(interval, stop=lambda: bool(stopping))
+            _watch_serving(p, address, interval)
         finally:
             p.close()
         return
@@ -171,11 +178,31 @@ def transfer(
             published = t.poll_once(raise_errors=True)
             typer.echo(f"published {published}" if published else "no new version")
             return
-        stopping = []
-        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-        t.run(interval, stop=lambda: bool(stopping))
+        _watch_serving(t, address, interval)
     finally:
         t.close()
+
+
+def _watch_serving(watcher, address: tuple[str, int], interval: float) -> None:
+    """Run the watcher until SIGTERM with its status server on `address`."""
+    import signal
+
+    from elasticctr.cube.transfer_server import TransferStatusServer
+
+    try:
+        server = TransferStatusServer(address, watcher).start()
+    except OSError as exc:
+        raise EctlError(
+            f"cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}",
+            hint="pick another --listen HOST:PORT (port 0 picks a free one)",
+        ) from exc
+    typer.echo(f"status server on {server.url} (/healthz, /readyz, /v1/status)")
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        watcher.run(interval, stop=lambda: bool(stopping))
+    finally:
+        server.stop()
 
 
 @cube_app.command("rollback")

@@ -46,8 +46,8 @@ def _ready(pod) -> bool:
 def resolve_backend(core, namespace: str, release: str, component: str) -> tuple[str, int]:
     """(pod name, container port) of a ready pod behind the component's Service.
 
-    The coordinator has no Service (it is a task of the Volcano Job): its pod is used
-    directly, on its first declared container port.
+    The coordinator (a task of the Volcano Job) and cube-transfer have no Service: their
+    pod is used directly (a ready one, else a running one), on its first declared port.
     """
     label = LABEL_OF.get(component, component)
     selector = f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={label}"
@@ -98,12 +98,16 @@ def _pod_backend(
         ).items
     except Exception as exc:
         raise common.kube_error(exc, f"cannot list {component} pods") from exc
-    for pod in sorted((p for p in pods if _ready(p)), key=lambda p: p.metadata.name):
+    # Ready pods first; else a running one: no Service routes to these pods, and a
+    # cube-transfer that cannot read its store is not ready, which is when its /v1/status
+    # is wanted most.
+    running = [p for p in pods if p.status.phase == "Running"]
+    for pod in sorted(running, key=lambda p: (not _ready(p), p.metadata.name)):
         ports = [p.container_port for c in pod.spec.containers for p in (c.ports or [])]
         if ports:
             return pod.metadata.name, ports[0]
     raise EctlError(
-        f"release {release} has no {component} Service or ready pod in {namespace}",
+        f"release {release} has no {component} Service or running pod in {namespace}",
         hint="is the component enabled in the values? `ectl status` lists what runs",
     )
 

@@ -2,7 +2,8 @@
 
 Release facts come from helm (pyhelm3); everything else from the kubernetes client:
 Volcano Job phase, task pods, and the release's own services reached through the API
-server's service proxy (coordinator progress, newest model version on the fileserver,
+server's service and pod proxies (coordinator progress, cube-transfer's view of the
+model store — readable or not, newest version — or else the fileserver's listing,
 committed cube version, serving readiness). Read-only: nothing here changes the cluster.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from elasticctr.cli import _common as common
@@ -47,6 +49,8 @@ COORDINATOR_PROGRESS_PATH = "v1/progress"
 FILESERVER_VERSIONS_PATH = f"models/{VERSIONS_DIR}/"
 """Where the default model store (global.modelStore empty) keeps versions on the fileserver."""
 CUBE_STATUS_PATH = "v1/status"
+TRANSFER_STATUS_PATH = "v1/status"
+"""cube-transfer's status (elasticctr.cube.transfer_server): the model store as it reads it."""
 SERVING_READY_PATH = "readyz"
 
 
@@ -169,6 +173,77 @@ def _stored_progress(core, namespace: str, service) -> dict:
         return {"unavailable": f"stored coordinator progress: {exc.message}"}
 
 
+def store_from_transfer(doc: Any) -> dict[str, Any]:
+    """The "model store" of `ectl status` from cube-transfer's GET /v1/status: the store
+    it watches, whether its latest read succeeded (else the error), the newest complete
+    version it saw, and the scenarios whose last poll failed (their own errors)."""
+    if not isinstance(doc, dict) or "modelStore" not in doc:
+        return {"unavailable": f"cube-transfer: unexpected /v1/status answer {str(doc)[:200]!r}"}
+    scenarios = {
+        name: {"newestVersion": sc.get("newestVersion"), "error": sc.get("error")}
+        for name, sc in sorted((doc.get("scenarios") or {}).items())
+        if isinstance(sc, dict) and name != "default"
+    }
+    readable = bool(doc.get("ready"))
+    return {
+        "source": "cube-transfer",
+        "url": doc.get("modelStore"),
+        "readable": readable,
+        "newestVersion": doc.get("newestVersion"),
+        "error": None if readable else (doc.get("detail") or doc.get("lastError")),
+        "lastOkAt": doc.get("lastOkAt"),
+        "lastPollAt": doc.get("lastPollAt"),
+        "scenarios": scenarios,
+    }
+
+
+def store_from_fileserver(newest: Any, url: str) -> dict[str, Any]:
+    """The "model store" from the fallback, the release fileserver's listing (no running
+    cube-transfer, e.g. a training-only release): `newest` is what `_newest_version`
+    gave, or `_try`'s {"unavailable"} when the listing failed."""
+    failed = isinstance(newest, dict)
+    return {
+        "source": "fileserver",
+        "url": url,
+        "readable": not failed,
+        "newestVersion": None if failed else newest,
+        "error": newest.get("unavailable") if failed else None,
+        "lastOkAt": None,
+        "lastPollAt": None,
+        "scenarios": {},
+    }
+
+
+def _model(core, namespace: str, pods, by_component: dict) -> dict[str, Any]:
+    """`status["model"]`: the store (cube-transfer's view, else the fileserver listing),
+    its newest version, and the committed cube version."""
+    transfers = [
+        p for p in pods if _pod_component(p) == "cube-transfer" and p.status.phase == "Running"
+    ]
+    fileserver = by_component.get("fileserver")
+    if transfers:
+        doc = _try(
+            "cube-transfer", _pod_proxy_get, core, namespace, transfers[0], TRANSFER_STATUS_PATH
+        )
+        store = doc if isinstance(doc, dict) and "unavailable" in doc else store_from_transfer(doc)
+        newest = store if "unavailable" in store else store["newestVersion"]
+    elif fileserver is not None:
+        newest = _try("fileserver", _newest_version, core, namespace, fileserver)
+        port = fileserver.spec.ports[0].port
+        url = f"http://{fileserver.metadata.name}.{namespace}.svc:{port}/models"
+        store = store_from_fileserver(newest, url)
+    else:
+        newest = {"unavailable": "no fileserver service (model store elsewhere)"}
+        store = {"unavailable": "no running cube-transfer pod and no fileserver service"}
+    return {
+        "newestVersion": newest,
+        "store": store,
+        "cube": _cube_committed(core, namespace, by_component["cube"])
+        if "cube" in by_component
+        else {"unavailable": "no cube service"},
+    }
+
+
 def _cube_committed(core, namespace: str, service) -> Any:
     """The committed version of the cube shard the Service routes to (all shards agree
     after cube-transfer's phase 2; a straggler is reconciled on its next poll)."""
@@ -247,16 +322,7 @@ def collect_status(target: Target) -> dict[str, Any]:
             if coordinators
             else _stored_progress(core, namespace, by_component.get("fileserver"))
         )  # fmt: skip
-        status["model"] = {
-            "newestVersion": _try(
-                "fileserver", _newest_version, core, namespace, by_component["fileserver"]
-            )
-            if "fileserver" in by_component
-            else {"unavailable": "no fileserver service (model store elsewhere)"},
-            "cube": _cube_committed(core, namespace, by_component["cube"])
-            if "cube" in by_component
-            else {"unavailable": "no cube service"},
-        }
+        status["model"] = _model(core, namespace, pods, by_component)
         status["serving"] = _serving(api, namespace, selector)
         if "serving" in by_component and "unavailable" not in status["serving"]:
             ready = _try(
@@ -352,6 +418,28 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def store_row(store: dict[str, Any]) -> str:
+    """The "model store" row: readable with the newest version, or the error in red."""
+    if "unavailable" in store:
+        return _fmt(store)
+    via = " (the fileserver's listing)" if store.get("source") == "fileserver" else ""
+    url = escape(str(store.get("url") or "?"))
+    if store.get("readable"):
+        newest = store.get("newestVersion") or "none yet"
+        when = f" at {store['lastOkAt']}" if store.get("lastOkAt") else ""
+        return f"{url}: readable{when}{via}, newest version {escape(newest)}"
+    last = store.get("lastOkAt")
+    if via:
+        seen = ""  # a listing done just now: no history
+    elif last:
+        seen = (
+            f"; last good read {last}, newest version then {store.get('newestVersion') or 'none'}"
+        )
+    else:
+        seen = "; never read"
+    return f"[red]not readable[/red]{via}: {escape(str(store.get('error') or url))}{seen}"
+
+
 def _print_status(s: dict[str, Any]) -> None:
     rel = s["release"]
     summary = Table(title=f"release {rel['name']} ({rel['namespace']})", show_header=False)
@@ -384,6 +472,12 @@ def _print_status(s: dict[str, Any]) -> None:
             )
     else:
         summary.add_row("coordinator", _fmt(coord))
+    store = s["model"].get("store")
+    if store is not None:
+        summary.add_row("model store", store_row(store))
+        for name, sc in (store.get("scenarios") or {}).items():
+            if sc.get("error"):
+                summary.add_row(f"model store ({name})", f"[yellow]{escape(sc['error'])}[/yellow]")
     summary.add_row("newest model version", _fmt(s["model"]["newestVersion"]) or "none yet")
     cube = s["model"]["cube"]
     summary.add_row(
@@ -425,8 +519,8 @@ def status(
 ) -> None:
     """Show where a release stands: helm, Volcano Job, pods, training, models, serving.
 
-    Also the coordinator's progress, the newest model version, the committed cube version
-    and the MLflow URL.
+    Also the coordinator's progress, the model store (readable or not, as cube-transfer
+    reads it), the newest model version, the committed cube version and the MLflow URL.
 
     Examples:
 

@@ -15,6 +15,11 @@
 `rollback(V)` runs the same two phases for an earlier version still retained.
 Everything is guarded by a file lock so a rollback command and the watcher do not race.
 
+Every read of the model store's version list is recorded in a `StoreHealth` (time, the
+newest version, the error): the watcher's status server (elasticctr.cube.transfer_server)
+answers /readyz and /v1/status from it, so a store that cannot be read shows in the pod's
+readiness and in `ectl status`, not only in a log line.
+
 One `Transfer` serves one scenario's table (elasticctr.scenarios): the default one reads
 the store root and builds into the cube root; scenario S reads `{store}/scenarios/S` and
 builds into `{cube_root}/scenarios/S`. `PlatformTransfer` runs one per registered
@@ -30,6 +35,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -43,6 +49,7 @@ from elasticctr.cube.builder import build_version, built_versions, remove_versio
 from elasticctr.cube.client import CubeClient, ShardError
 from elasticctr.cube.modelstore import fetch_version, list_versions
 from elasticctr.errors import EctlError
+from elasticctr.modelstore import redact_url
 from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.transfer")
@@ -59,6 +66,66 @@ def describe(exc: EctlError) -> str:
 
 class SwitchFailed(EctlError):
     """Phase 1 failed on some shard; no shard switched."""
+
+
+def _utc(when: float | None) -> str | None:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)) if when else None
+
+
+class StoreHealth:
+    """What the latest reads of one model store's version list said. Written by the
+    polling thread, read by the status server's threads (hence the lock).
+
+    `ok` is the readiness rule: the latest read succeeded (False before the first one).
+    The URL is kept without credentials (`redact_url`), and so is every error text."""
+
+    def __init__(self, url: str):
+        self._raw = url
+        self.url = redact_url(url)
+        self._lock = threading.Lock()
+        self.last_poll_at: float | None = None
+        self.last_ok_at: float | None = None
+        self.last_error: str | None = None
+        self.newest_version: str | None = None
+
+    def record_ok(self, found: list[str]) -> None:
+        with self._lock:
+            self.last_poll_at = self.last_ok_at = time.time()
+            self.last_error = None
+            self.newest_version = found[-1] if found else None
+
+    def record_error(self, exc: BaseException) -> None:
+        text = describe(exc) if isinstance(exc, EctlError) else f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            self.last_poll_at = time.time()
+            self.last_error = redact_url(text, self._raw)
+
+    @property
+    def ok(self) -> bool:
+        with self._lock:
+            return self.last_ok_at is not None and self.last_error is None
+
+    def detail(self) -> str | None:
+        """Why the store does not count as readable ("<store url>: <error>"), else None.
+        Errors of the store layer already start with the URL they failed on."""
+        with self._lock:
+            if self.last_error is not None:
+                err = self.last_error
+                return err if err.startswith(self.url) else f"{self.url}: {err}"
+            if self.last_ok_at is None:
+                return f"{self.url}: not read yet"
+            return None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The /v1/status fields of this store (ISO-8601 UTC times)."""
+        with self._lock:
+            return {
+                "modelStore": self.url,
+                "lastPollAt": _utc(self.last_poll_at),
+                "lastOkAt": _utc(self.last_ok_at),
+                "lastError": self.last_error,
+                "newestVersion": self.newest_version,
+            }
 
 
 class Transfer:
@@ -84,12 +151,15 @@ class Transfer:
         self.cube_root = scenarios.subdir(cube_root, table)
         self.cube_root.mkdir(parents=True, exist_ok=True)
         self.store = scenarios.store_url(store, table) if store else None
+        self.health = StoreHealth(self.store) if self.store else None
         self.keep = keep
         self.budget_bytes = budget_bytes
         self.notify_urls = list(notify or [])
         self._own_cube = cube is None
         self.cube = cube or CubeClient(shard_urls, timeout=timeout)
         self.num_shards = len(self.cube.shards)
+        self.shards_error: str | None = None
+        """Why the watcher is still waiting for its shards (None once they answered)."""
         prefix = "" if table == scenarios.DEFAULT else f"[{table}] "
         say = echo or (lambda msg: log.info(msg))
         self.echo = lambda msg: say(prefix + msg)
@@ -259,6 +329,41 @@ class Transfer:
             self._switch(version, state)
             self.echo(f"rolled back to {version} on {self.num_shards} shards")
 
+    def list_store(self) -> list[str]:
+        """The store's complete versions, oldest first; the outcome is recorded in
+        `health` (a failure is re-raised)."""
+        if not self.store or self.health is None:
+            raise EctlError("reading the model store needs --model-store")
+        try:
+            found = list_versions(self.store)
+        except Exception as exc:
+            self.health.record_error(exc)
+            raise
+        self.health.record_ok(found)
+        return found
+
+    def probe_store(self) -> None:
+        """Read the version list for `health` alone (while the shards are not up yet)."""
+        try:
+            self.list_store()
+        except Exception:  # noqa: BLE001 - recorded in health; the caller goes on
+            self.echo(f"model store unreadable: {self.health.last_error}")
+
+    def status(self) -> dict[str, Any]:
+        """This table's store health plus what the shards committed (transfer.json)."""
+        out = self.health.snapshot() if self.health else {"modelStore": None}
+        try:
+            out["committed"] = self.state().get("committed")
+        except EctlError:
+            out["committed"] = None  # unreadable state: the poll reports it
+        return out
+
+    def readiness(self) -> tuple[bool, str | None]:
+        """(ready, why not): ready once the latest read of the store succeeded."""
+        if self.health is None:
+            return False, "no model store"
+        return self.health.ok, self.health.detail()
+
     def poll_once(self, *, raise_errors: bool = False) -> str | None:
         """Publish the newest unseen version, if any; repair lagging shards. Returns it.
 
@@ -270,7 +375,7 @@ class Transfer:
         state = self.state()
         seen = set(state["published"])
         newest_seen = max(seen) if seen else ""
-        candidates = [v for v in list_versions(self.store) if v not in seen and v > newest_seen]
+        candidates = [v for v in self.list_store() if v not in seen and v > newest_seen]
         if not candidates:
             return None
         version = candidates[-1]  # jump straight to the newest; older ones are stale
@@ -291,25 +396,40 @@ class Transfer:
                 remove_version(self.cube_root, v)
                 self.echo(f"removed old version {v}")
 
+    def status_doc(self) -> dict[str, Any]:
+        """GET /v1/status of the watcher (docs/cube.md "cube-transfer status")."""
+        ready, detail = self.readiness()
+        return {
+            "ready": ready,
+            "detail": detail,
+            **self.status(),
+            "scenario": self.table,
+            "shardsError": self.shards_error,
+        }
+
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)
 
 
 def _watch(t: Transfer | PlatformTransfer, interval: float, stop: Callable[[], bool]) -> None:
     """Poll until `stop()`; waits for unreachable shards (pods start in any order), but a
-    shard list that does not match the shards is a configuration error."""
+    shard list that does not match the shards is a configuration error. While it waits,
+    the store is read too, so readiness and status tell about the store from the start."""
     while not stop():
         try:
             t.check_shards()
+            t.shards_error = None
             break
         except ShardError as exc:
+            t.shards_error = str(exc)
             t.echo(f"waiting for shards: {exc}")
+            t.probe_store()
             time.sleep(interval)
     while not stop():
         try:
             t.poll_once()
-        except EctlError as exc:
-            t.echo(f"poll failed: {exc}")
+        except (EctlError, OSError) as exc:  # OSError: a local store's folder (a mount)
+            t.echo(f"poll failed: {redact_url(str(exc), t.store or '')}")
         time.sleep(interval)
 
 
@@ -346,6 +466,7 @@ class PlatformTransfer:
         self.transfers: dict[str, Transfer] = {}
         self.registered: dict[str, scenarios.Scenario] = {}
         self.errors: dict[str, str] = {}
+        self.shards_error: str | None = None
         self._add(scenarios.DEFAULT, None)
 
     def close(self) -> None:
@@ -368,6 +489,17 @@ class PlatformTransfer:
 
     def check_shards(self) -> None:
         self.transfers[scenarios.DEFAULT].check_shards()
+
+    def probe_store(self) -> None:
+        self.transfers[scenarios.DEFAULT].probe_store()
+
+    def readiness(self) -> tuple[bool, str | None]:
+        """Ready while the platform's store itself can be read: the default table's
+        listing of the store root. A scenario's own trouble (a rejected version, a full
+        budget, an unreadable `scenarios/NAME` prefix) and an unreadable scenario
+        registry show in /v1/status but leave the transfer ready: the other scenarios
+        are still published."""
+        return self.transfers[scenarios.DEFAULT].readiness()
 
     def sync(self) -> bool:
         """Follow the registry; False when it could not be read (nothing changed)."""
@@ -461,6 +593,29 @@ class PlatformTransfer:
         if "registry" in self.errors:
             out["registry_error"] = self.errors["registry"]
         return out
+
+    def status_doc(self) -> dict[str, Any]:
+        """GET /v1/status: the store root's fields (the default table) at the top, the
+        same per scenario under `scenarios` plus `error`, the scenario's last failure
+        (a rejected version, a refused budget, its prefix unreadable; null once a
+        version of it is published)."""
+        ready, detail = self.readiness()
+        per: dict[str, Any] = {}
+        for name, t in sorted(dict(self.transfers).items()):  # the poll thread adds some
+            per[name] = {
+                **t.status(),
+                "error": self.errors.get(name),
+                "budgetBytes": t.budget_bytes,
+            }
+        return {
+            "ready": ready,
+            "detail": detail,
+            **self.transfers[scenarios.DEFAULT].status(),
+            "shardsError": self.shards_error,
+            "registry": self.registry.describe(),
+            "registryError": self.errors.get("registry"),
+            "scenarios": per,
+        }
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)

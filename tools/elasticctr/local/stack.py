@@ -39,6 +39,8 @@ class Endpoints:
     mlflow: str
     serving: str
     cube: list[str]
+    transfer: str
+    """cube-transfer's status server (/readyz, /v1/status)."""
 
     @classmethod
     def allocate(cls, shards: int) -> Endpoints:
@@ -47,6 +49,7 @@ class Endpoints:
             mlflow=f"http://{LOOPBACK}:{free_port()}",
             serving=f"http://{LOOPBACK}:{free_port()}",
             cube=[f"http://{LOOPBACK}:{free_port()}" for _ in range(shards)],
+            transfer=f"http://{LOOPBACK}:{free_port()}",
         )
 
 
@@ -186,6 +189,7 @@ class LocalStack:
             "--interval", str(transfer_interval),
             "--notify", f"{ep.serving}/admin/version",
             "--scenarios", str(self.registry.root),
+            "--listen", f"{LOOPBACK}:{_port(ep.transfer)}",
         ]  # fmt: skip
         for url in ep.cube:
             transfer += ["--shard-url", url]

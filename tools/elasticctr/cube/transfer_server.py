@@ -1,0 +1,89 @@
+"""cube-transfer's status server: health, readiness and status of the watcher over HTTP.
+
+  GET /healthz    200 {"ok": true} while the process runs
+  GET /readyz     200 {"ready": true, ...} once the latest read of the model store
+                  succeeded; 503 {"ready": false, "detail": "<store url>: <error>"} before
+                  the first successful read and whenever the latest one failed
+  GET /v1/status  200, the watcher's `status_doc()` (docs/cube.md "cube-transfer status")
+
+Read-only and answered from memory (plus the small transfer.json): a probe never waits
+for the store or the shards. Served by the threaded front end of elasticctr.httpd (the
+coordinator's), on CUBE_TRANSFER_PORT by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any, Protocol
+
+from elasticctr.errors import EctlError
+from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
+
+log = logging.getLogger("elasticctr.cube.transfer")
+
+
+class Watched(Protocol):
+    def readiness(self) -> tuple[bool, str | None]: ...
+
+    def status_doc(self) -> dict[str, Any]: ...
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) -> (host, port); port 0 picks a free one."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise EctlError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:8510")
+    return host, int(port)
+
+
+class TransferStatusServer(ThreadedServer):
+    def __init__(self, address: tuple[str, int], watched: Watched):
+        self.watched = watched
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler, Limits.from_env(max_body_bytes=1 << 10))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self) -> TransferStatusServer:
+        self._thread = threading.Thread(
+            target=self.serve_forever, name="transfer-status", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(HardenedHandler):
+    server: TransferStatusServer
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            return self.send_json(200, {"ok": True})
+        if path == "/readyz":
+            ready, detail = self.server.watched.readiness()
+            if not ready:
+                return self.send_json(503, {"ready": False, "detail": detail})
+            doc = self.server.watched.status_doc()
+            return self.send_json(
+                200,
+                {
+                    "ready": True,
+                    "modelStore": doc["modelStore"],
+                    "newestVersion": doc["newestVersion"],
+                },
+            )
+        if path == "/v1/status":
+            return self.send_json(200, self.server.watched.status_doc())
+        self.send_json_error(404, "not_found", f"no such endpoint {path}")
