@@ -10,6 +10,9 @@ ELASTICCTR_S3_PATH_STYLE); SeaweedFS checks the credentials.
 from __future__ import annotations
 
 import gzip
+import logging
+import threading
+import time
 import urllib.parse
 
 import numpy as np
@@ -266,13 +269,31 @@ def test_missing_bucket(seaweed_s3, s3_prefix):
     assert "no-such-bucket-ectl" not in names  # never created behind the user's back
 
 
-def test_missing_prefix(s3_prefix):
+def test_missing_prefix(s3_prefix, caplog):
+    """A prefix with nothing under it yet is waited for (the pipeline writes the first hour
+    after the install), with a warning naming it; its first hour is then trained."""
     root = storage.join(s3_prefix, "no-dataset")
     assert partitions.list_partitions(root) == []
-    with pytest.raises(EctlError) as exc:
-        next(partitions.follow_partitions(root, "20200401/00", "20200401/01", poll_interval=0.1))
-    text = one_line(exc)
-    assert f"{root}: no such dataset" in text and "global.data.path" in exc.value.hint
+    stop = threading.Event()
+    found: list = []
+
+    def follow() -> None:
+        found.extend(
+            partitions.follow_partitions(
+                root, "20200401/00", "20200401/00", poll_interval=0.1, stop=stop
+            )
+        )
+
+    with caplog.at_level(logging.WARNING, logger="elasticctr.data.partitions"):
+        thread = threading.Thread(target=follow)
+        thread.start()
+        time.sleep(0.5)
+        assert thread.is_alive() and not found
+        write_partition(root, "20200401/00", {"part-00000": b"1 0 5:1\n"})
+        thread.join(10)
+        stop.set()
+    assert not thread.is_alive() and [p.id for p in found] == ["20200401/00"]
+    assert f"{root}: nothing under the dataset root yet" in caplog.text
     with pytest.raises(EctlError, match="no-dataset/part-00000: not found"):
         storage.read_bytes(storage.join(root, "part-00000"))
     with pytest.raises(EctlError, match="not found"):

@@ -105,19 +105,19 @@ def list_partitions(
     return sorted(found)
 
 
-def _explain_wait(root: str, hour: dt.datetime, *, bounded: bool, hdfs_ugi: str | None) -> None:
-    """Say why an hour is not ready when its wait begins: a dataset root with nothing
-    under it (a wrong path, bucket prefix or folder) is an error for a bounded run, which
-    could never finish; an hour with data files but no donefile is logged (producers
-    write the donefile last, so it is waited for, never trained on half-written)."""
+def _explain_wait(root: str, hour: dt.datetime, hdfs_ugi: str | None) -> None:
+    """Say why an hour is not ready when its wait begins. A dataset root with nothing under
+    it yet is waited for like a missing hour (users install first and their pipeline writes
+    the first hour later), with a warning naming the root in case the path is wrong; a
+    missing bucket or an unreadable store is an error (`storage.list_names`). An hour with
+    data files but no donefile is logged (producers write the donefile last, so it is
+    waited for, never trained on half-written)."""
     if not storage.list_names(root, hdfs_ugi):
-        if bounded:
-            raise EctlError(
-                f"{root}: no such dataset (nothing under it)",
-                hint="check global.data.path (DATASET_PATH): the folder, or the bucket and "
-                "prefix, that holds the YYYYMMDD/HH partitions",
-            )
-        log.warning("%s: nothing under the dataset root yet; waiting for partitions", root)
+        log.warning(
+            "%s: nothing under the dataset root yet; waiting for partitions (if none are "
+            "coming, check global.data.path / DATASET_PATH)",
+            root,
+        )
         return
     url = partition_url(root, hour)
     names = [name for name, is_dir in storage.list_names(url, hdfs_ugi) if not is_dir]
@@ -160,7 +160,7 @@ def follow_partitions(
             continue
         now = time.monotonic()
         if waiting_since is None:
-            _explain_wait(root, hour, bounded=last is not None, hdfs_ugi=hdfs_ugi)
+            _explain_wait(root, hour, hdfs_ugi)
         waiting_since = waiting_since if waiting_since is not None else now
         if skip_missing_after is not None and now - waiting_since >= skip_missing_after:
             later = list_partitions(root, hour + HOUR, last, hdfs_ugi)
