@@ -338,7 +338,10 @@ def _freeze_mid_range(job, name: str, min_left: int = 256 << 10) -> list[str]:
     more than `min_left` bytes of its range still to write (so it is mid-range and has
     more writes ahead); return the trainer's leased task ids."""
     trainer = name.removeprefix("trainer-")
-    for _ in range(400):
+    # By the clock, not a number of tries: on a loaded machine a trainer may still be
+    # importing Paddle when the other one finished its first task.
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
         if _readers(job.sup.pid(name)):
             job.sup.kill(name, signal.SIGSTOP)
             time.sleep(0.1)
@@ -347,7 +350,7 @@ def _freeze_mid_range(job, name: str, min_left: int = 256 << 10) -> list[str]:
                 return held
             job.sup.kill(name, signal.SIGCONT)
         time.sleep(0.02)
-    raise AssertionError(f"{name}'s native readers never caught mid-range")
+    raise AssertionError(f"{name}'s native readers never caught mid-range in 180 s")
 
 
 @pytest.mark.parametrize("where", ["local", "fileserver"])
