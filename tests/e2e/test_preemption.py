@@ -34,6 +34,7 @@ numbers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -429,6 +430,11 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
         out["retry_count"] = (job.get("status") or {}).get("retryCount", 0)
         out["auc"] = heldout_auc(s3, ns)
     finally:
+        if tenant:  # a failed run must not leave the node full for the tests after it
+            from kubernetes import client
+
+            with contextlib.suppress(client.ApiException):
+                client.AppsV1Api(h.api()).delete_namespaced_deployment(TENANT, ns)
         t_un = time.monotonic()
         releases.run_ectl(
             h, ns, "uninstall", "-R", RELEASE, "-n", ns, "--yes", "--wait", check=False, timeout=600
