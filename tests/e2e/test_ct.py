@@ -33,9 +33,12 @@ test fails instead, so the upgrade from the previous revision is really tested e
 The images come from the cluster's local registry (`published`, conftest.py: what
 `make publish` pushes); `global.image.registry` and tests/e2e/ct-small-node-values.yaml
 (CPU/memory requests that fit a 2-core node) are added through ct's
-`--helm-extra-set-args`. The sets' external prerequisites (`external-stores`: pull,
-HDFS, database, cube-admin and serving token Secrets, the staging and cube claims) are
-created first in the namespace ct installs into. Only ct and helm act on the releases.
+`--helm-extra-set-args`, and so is `global.data.hdfsAddress`: the `external-stores` set keeps
+its data and model store on the cluster's real HDFS (`cluster_hdfs`), so its cube-transfer
+is Ready only because it really reads that store (a namenode that does not exist makes the
+install fail). The sets' external prerequisites (`external-stores`: pull, HDFS, database,
+cube-admin and serving token Secrets, the staging and cube claims, `/elasticctr` on HDFS
+owned by the Secret's HDFS user) are created first. Only ct and helm act on the releases.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ HELM_TIMEOUT = "300s"
 # The chart revision ct upgrades from in round 1 (see the module docstring).
 PREVIOUS_CHART_REVISION = "e903b525303042f440a0a54fc5e621b70121c04c"
 SMALL_NODE = Path(__file__).with_name("ct-small-node-values.yaml")
+HDFS_USER = "ct"  # the external-stores set's HDFS user (its hdfs-ugi Secret)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -98,7 +102,7 @@ def checkout_for_ct(tmp_path: Path, previous: str) -> Path:
 
 
 @pytest.fixture
-def ct_namespace(kube_cluster):
+def ct_namespace(kube_cluster, cluster_hdfs):
     """The namespace ct installs every release into (`--namespace`), holding what
     ci/external-stores-values.yaml expects to exist; deleted afterwards with what the
     releases leave on purpose (kept PVCs, the kept `helm test` pods)."""
@@ -112,7 +116,13 @@ def ct_namespace(kube_cluster):
         api.create_namespaced_secret(NS, body)
 
     secret("regcred", {".dockerconfigjson": '{"auths": {}}'}, "kubernetes.io/dockerconfigjson")
-    secret("hdfs-ugi", {"hdfsUgi": "ctr,secret"})
+    secret("hdfs-ugi", {"hdfsUgi": f"{HDFS_USER},secret"})
+
+    def hdfs_home(hdfs) -> None:
+        hdfs.mkdirs("/elasticctr", permission=0o755, create_parent=True)
+        hdfs.set_owner("/elasticctr", HDFS_USER, HDFS_USER)
+
+    cluster_hdfs.as_superuser(hdfs_home)
     secret("unused-token", {"token": "ct-fileserver-token"})
     # MLflow's "external" database: a SQLite URI on the MLflow claim (the chart mounts it at
     # /mlflow); the tracking server opens it like any other SQLAlchemy URI.
@@ -135,7 +145,7 @@ def ct_namespace(kube_cluster):
 
 
 def test_ct_install_and_upgrade_with_every_ci_values_set(
-    kube_cluster, published, ct_namespace, tmp_path
+    kube_cluster, published, ct_namespace, cluster_hdfs, tmp_path
 ):
     shared_path("third_party", "chart-testing")
     for tool in ("ct", "kubectl", "helm", "git"):
@@ -151,7 +161,9 @@ def test_ct_install_and_upgrade_with_every_ci_values_set(
         "--remote", "previous", "--target-branch", "main",
         "--namespace", NS, "--release-label", "app.kubernetes.io/instance",
         "--helm-extra-args", f"--timeout {HELM_TIMEOUT}",
-        "--helm-extra-set-args", f"--set=global.image.registry={registry} --values={SMALL_NODE}",
+        "--helm-extra-set-args",
+        f"--set=global.image.registry={registry} --set=global.data.hdfsAddress={cluster_hdfs.url}"
+        f" --values={SMALL_NODE}",
     ]  # fmt: skip
     env = dict(os.environ, KUBECONFIG=str(kube_cluster.kubeconfig))
     env["PATH"] = f"{REPO / '.tools' / 'bin'}:{REPO / '.venv' / 'bin'}:{env['PATH']}"
