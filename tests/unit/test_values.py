@@ -105,6 +105,16 @@ def test_unknown_top_level_key_is_reported(chart):
     ]
 
 
+def test_a_key_an_earlier_chart_accepted_says_where_it_moved(chart):
+    # values files written for the chart before the stores had one home (docs/chart.md)
+    old = {"trainer": {"hdfs": {"existingSecret": "hdfs-ugi", "existingSecretKey": "hdfsUgi"}}}
+    problems = V.validate(old, chart)
+    assert problems == [f"trainer.hdfs: moved to {V.MOVED['trainer.hdfs']}"]
+    assert "global.data.hdfsUgiSecret" in problems[0]
+    new = {"global": {"data": {"hdfsUgiSecret": {"name": "hdfs-ugi", "key": "hdfsUgi"}}}}
+    assert V.validate(new, chart) == []
+
+
 def test_disabled_subchart_is_not_schema_checked(chart):
     assert (
         V.validate({"cube": {"enabled": False, "shards": 0}, "serving": {"enabled": False}}, chart)

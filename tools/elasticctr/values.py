@@ -31,6 +31,13 @@ from elasticctr.zoo import COMMON_DEFAULTS, DEFAULTS
 
 Values = dict[str, Any]
 
+MOVED = {
+    "trainer.hdfs": "global.data.hdfsUgiSecret (name, key): every role that opens the store "
+    "reads HDFS_UGI from it",
+}
+"""Keys earlier chart revisions accepted, and where their setting lives now (docs/chart.md,
+"Values changes between revisions"): the schema refuses them, this says what to write."""
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -182,9 +189,12 @@ def _describe(error: SchemaError, prefix: str) -> list[str]:
         allowed = sorted(schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in schema.get("properties", {}))
         hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
-        return [
-            f"{_path(where if where != '(root)' else '', [k])}: unknown key{hint}" for k in extra
-        ]
+        lines = []
+        for k in extra:
+            key = _path(where if where != "(root)" else "", [k])
+            moved = MOVED.get(key)
+            lines.append(f"{key}: moved to {moved}" if moved else f"{key}: unknown key{hint}")
+        return lines
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [f"{_path(where if where != '(root)' else '', [missing])}: required"]
