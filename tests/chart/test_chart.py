@@ -346,3 +346,52 @@ def test_helm_test_pod_outlives_its_success_for_helm_test_logs(helm):
     for doc in hooks:
         policy = doc["metadata"]["annotations"].get("helm.sh/hook-delete-policy", "")
         assert "hook-succeeded" not in policy, (doc["kind"], policy)
+
+
+def _pod_specs(doc: dict) -> list[dict]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Job" and "tasks" in spec:  # Volcano Job
+        return [t["template"]["spec"] for t in spec["tasks"]]
+    if doc["kind"] == "Pod":
+        return [spec]
+    return [spec["template"]["spec"]] if "template" in spec else []
+
+
+@pytest.mark.parametrize("values_file", FILES, ids=lambda p: p.name)
+def test_root_runs_only_to_give_nfs_like_volumes_to_the_pods_user(helm, values_file):
+    """docs/chart.md "Security defaults": every container is non-root with all capabilities
+    dropped, except the `volume-permissions` init container, root with CHOWN and FOWNER
+    only; a values file that puts a shared volume on a named ReadWriteMany class (NFS-like,
+    root-owned) turns it on for every pod that writes one ("Shared volumes")."""
+    rendered = render(helm, "-f", str(values_file))
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    rwx_classes = [
+        d["spec"]["storageClassName"]
+        for d in docs
+        if d["kind"] == "PersistentVolumeClaim"
+        and d["spec"]["accessModes"] == ["ReadWriteMany"]
+        and d["spec"].get("storageClassName")
+    ]
+    writers = {}  # pod spec name -> mounts the init container gives to the pod's user
+    for doc in docs:
+        for pod in _pod_specs(doc):
+            assert pod["securityContext"]["runAsNonRoot"] is True, doc["metadata"]["name"]
+            for c in pod.get("containers", []):
+                assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c["name"]
+                assert c["securityContext"].get("runAsUser", 1) != 0, c["name"]
+            for c in pod.get("initContainers", []):
+                assert c["name"] == "volume-permissions", c["name"]
+                assert c["securityContext"]["capabilities"] == {
+                    "drop": ["ALL"],
+                    "add": ["CHOWN", "FOWNER"],
+                }
+                assert c["securityContext"]["readOnlyRootFilesystem"] is True
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+                assert [m["mountPath"] for m in c["volumeMounts"]] == c["args"]
+                writers[doc["metadata"]["name"]] = c["args"]
+    if rwx_classes:
+        staging = "/var/lib/elasticctr/staging"
+        jobs = [d["metadata"]["name"] for d in docs if d["kind"] == "Job"]
+        assert all(writers.get(j) == [staging] for j in jobs), (values_file.name, writers)
+        assert writers.get("ctr-cube-transfer") == ["/var/lib/elasticctr/cube-root"], writers

@@ -113,6 +113,7 @@ spec:
   affinity:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+  {{- with include "elasticctr.volumePermissions" (dict "ctx" $ctx "image" (include "trainer.image" $ctx) "volumes" (dict "staging" "/var/lib/elasticctr/staging")) }}{{ . | nindent 2 }}{{ end }}
   containers:
     - name: {{ .role }}
       image: {{ include "trainer.image" $ctx }}
