@@ -235,6 +235,133 @@ def test_doctor_finds_what_volcanos_own_scheduler_configuration_lacks_for_preemp
     ]
 
 
+def _effective(*names: str) -> dict:
+    from elasticctr import values as chart_values
+    from elasticctr.constants import chart_dir
+
+    files = [REPO / "values" / n for n in names]
+    return chart_values.effective_values(chart_values.load_files(files), chart_dir())
+
+
+@pytest.mark.fast
+def test_doctor_lists_the_claims_ingresses_and_apis_the_values_need():
+    from elasticctr.cli.doctor import (
+        Claim,
+        claims_needed,
+        ingresses_needed,
+        volcano_apis_needed,
+        volume_permissions,
+    )
+
+    eks = _effective("production.yaml", "aws-eks.yaml")
+    assert claims_needed(eks) == [
+        Claim("trainer.staging", "efs-sc", "ReadWriteMany"),
+        Claim("cube.sharedStorage", "efs-sc", "ReadWriteMany"),
+        Claim("cube.persistence", "gp3", "ReadWriteOnce"),
+        Claim("fileserver.persistence", "gp3", "ReadWriteOnce"),
+        Claim("mlflow.persistence", "gp3", "ReadWriteOnce"),
+    ]
+    assert volume_permissions(eks) and not volume_permissions(_effective("production.yaml"))
+    assert ingresses_needed(eks) == [("serving.ingress", "nginx"), ("mlflow.ingress", "nginx")]
+    assert volcano_apis_needed(eks) == [("batch.volcano.sh", "v1alpha1"),
+                                        ("scheduling.volcano.sh", "v1beta1")]  # fmt: skip
+    demo = _effective("demo.yaml")
+    assert {c.storage_class for c in claims_needed(demo)} == {""}  # the default class
+    assert ingresses_needed(demo) == []
+    # The user's own claims, emptyDirs and disabled parts need no class; a platform that
+    # only creates team queues needs the scheduling API alone.
+    demo["trainer"]["staging"]["existingClaim"] = "mine"
+    demo["fileserver"]["persistence"]["enabled"] = False
+    demo["mlflow"]["enabled"] = False
+    demo["cube"]["enabled"] = False
+    assert claims_needed(demo) == []
+    demo["trainer"]["enabled"] = False
+    assert volcano_apis_needed(demo) == []
+    demo["teams"] = {"ads": {}}
+    assert volcano_apis_needed(demo) == [("scheduling.volcano.sh", "v1beta1")]
+
+
+EVEREST = "csi.storage.k8s.io/csi-driver-name"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("provisioner", "parameters", "kind"),
+    [
+        ("efs.csi.aws.com", {}, "file"),
+        ("ebs.csi.aws.com", {}, "block"),
+        ("kubernetes.io/aws-ebs", {}, "block"),
+        ("nfs.csi.k8s.io", {}, "file"),
+        ("cluster.local/nfs-subdir-external-provisioner", {}, "file"),
+        ("cephfs.csi.ceph.com", {}, "file"),
+        ("rbd.csi.ceph.com", {}, "block"),
+        ("pd.csi.storage.gke.io", {}, "block"),
+        ("filestore.csi.storage.gke.io", {}, "file"),
+        ("file.csi.azure.com", {}, "file"),
+        ("disk.csi.azure.com", {}, "block"),
+        ("rancher.io/local-path", {}, "block"),
+        ("kubernetes.io/no-provisioner", {}, "block"),
+        # Huawei CCE: one provisioner for every class, the CSI driver in the parameters.
+        ("everest-csi-provisioner", {EVEREST: "nas.csi.everest.io"}, "file"),
+        ("everest-csi-provisioner", {EVEREST: "disk.csi.everest.io"}, "block"),
+        ("example.com/vendor", {}, "unknown"),
+    ],
+)  # fmt: skip
+def test_doctor_tells_file_from_block_storage_by_the_provisioner(provisioner, parameters, kind):
+    from elasticctr.cli.doctor import storage_kind
+
+    assert storage_kind(provisioner, parameters) == kind
+
+
+@pytest.mark.fast
+def test_doctor_judges_a_storage_class_by_the_claims_that_use_it():
+    from elasticctr.cli.doctor import Claim, judge_storage_class
+
+    shared = [Claim("trainer.staging", "x", "ReadWriteMany"),
+              Claim("cube.sharedStorage", "x", "ReadWriteMany")]  # fmt: skip
+    once = [Claim("fileserver.persistence", "x", "ReadWriteOnce")]
+    missing = judge_storage_class("x", None, shared, True)
+    assert (missing.name, missing.status) == ("StorageClass x", "fail")
+    assert "trainer.staging, cube.sharedStorage would stay Pending" in missing.detail
+    assert "trainer.staging.storageClass / cube.sharedStorage.storageClass" in missing.fix
+    efs, ebs = ("efs.csi.aws.com", {}), ("ebs.csi.aws.com", {})
+    ok = judge_storage_class("x", efs, shared, True)
+    assert ok.status == "ok"
+    assert ok.detail == (
+        "provisioner efs.csi.aws.com (file storage); used by trainer.staging (ReadWriteMany), "
+        "cube.sharedStorage (ReadWriteMany)"
+    )
+    root_owned = judge_storage_class("x", efs, shared, False)
+    assert root_owned.status == "warn"
+    assert "global.volumePermissions.enabled: true" in root_owned.fix
+    block = judge_storage_class("x", ebs, shared, True)
+    assert block.status == "fail"
+    assert "ReadWriteOnce only" in block.detail and "EFS, CFS, SFS csi-nas" in block.fix
+    assert judge_storage_class("x", ebs, once, False).status == "ok"
+    unknown = judge_storage_class("x", ("example.com/vendor", {}), shared, True)
+    assert unknown.status == "warn" and "cannot tell whether" in unknown.detail
+    assert judge_storage_class("x", ("example.com/vendor", {}), once, False).status == "ok"
+
+
+@pytest.mark.fast
+def test_doctor_judges_the_ingress_class_of_every_enabled_ingress():
+    from elasticctr.cli.doctor import judge_ingress_class
+
+    classes = {"nginx": "k8s.io/ingress-nginx", "alb": "ingress.k8s.aws/alb"}
+    keys = ["serving.ingress", "mlflow.ingress"]
+    ok = judge_ingress_class("nginx", keys, classes, [])
+    assert (ok.name, ok.status) == ("IngressClass nginx", "ok")
+    assert ok.detail == "controller k8s.io/ingress-nginx; used by serving.ingress, mlflow.ingress"
+    missing = judge_ingress_class("traefik", keys, classes, ["nginx"])
+    assert missing.status == "fail" and "one of: nginx, alb" in missing.fix
+    default = judge_ingress_class("", keys, classes, ["alb"])
+    assert (default.name, default.status) == ("IngressClass (default: alb)", "ok")
+    no_default = judge_ingress_class("", keys, classes, [])
+    assert no_default.status == "fail"
+    assert "serving.ingress.className / mlflow.ingress.className" in no_default.fix
+    assert "ingressclass.kubernetes.io/is-default-class" in no_default.fix
+
+
 @pytest.mark.fast
 def test_the_harness_runs_the_scheduler_configuration_docs_chart_recommends():
     """scripts/cluster/volcano-scheduler.conf (what the one-node cluster's vc-scheduler runs,

@@ -47,6 +47,26 @@ SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
 SCHEDULER_CONF_KEY = "volcano-scheduler.conf"
 PREEMPTION_ACTIONS = ("allocate", "preempt", "reclaim")
 PREEMPTION_PLUGINS = ("priority", "gang", "conformance", "proportion")
+# What a StorageClass makes, told from its provisioner (or the CSI driver a shared
+# provisioner such as Huawei's everest names in its parameters): file storage (NFS-like:
+# ReadWriteMany, root-owned volumes that fsGroup does not change) or block storage
+# (ReadWriteOnce only). Substrings of the driver names; anything else is "unknown".
+CSI_DRIVER_PARAMETER = "csi.storage.k8s.io/csi-driver-name"
+FILE_STORAGE_MARKERS = (
+    "nfs", "efs.", "cephfs", "azure-file", "file.csi", "filestore", "nas.", "sfs", "cfs",
+    "glusterfs", "juicefs",
+)  # fmt: skip
+BLOCK_STORAGE_MARKERS = (
+    "ebs", "gce-pd", "pd.csi", "azure-disk", "disk.", "cds", "evs", "rbd", "local-path",
+    "no-provisioner", "host-path", "hostpath",
+)  # fmt: skip
+DEFAULT_INGRESS_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+# The resource metrics API the serving HPA reads CPU from (metrics-server serves it).
+METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
+# Group versions of the Volcano objects: the training Job (and the PodGroup Volcano makes for
+# it), the Queues the chart may create.
+VOLCANO_JOB_API = ("batch.volcano.sh", "v1alpha1")
+VOLCANO_SCHEDULING_API = ("scheduling.volcano.sh", "v1beta1")
 # (group, resource, verb) the chart's objects need in the release namespace.
 NEEDED_PERMISSIONS = (
     ("apps", "deployments", "create"),
@@ -160,11 +180,30 @@ def run_checks(target: Target, release: str, values: dict | None = None) -> list
             _storage_class(api),
             _permissions(api, namespace),
         ]
-        if values is not None and (values.get("trainer") or {}).get("enabled"):
-            volcano = values["trainer"]["volcano"]
-            checks += [_volcano_queue(api, volcano), _priority_classes(api, volcano)]
+        if values is not None:
+            checks += _values_checks(api, values)
     finally:
         api.close()
+    return checks
+
+
+def _values_checks(api, values: dict) -> list[Check]:
+    """What the effective values need from the cluster: the Volcano queue, PriorityClasses
+    and API versions of the job, every StorageClass a claim names, every IngressClass an
+    enabled Ingress names, the metrics API when serving autoscales."""
+    checks = []
+    if (values.get("trainer") or {}).get("enabled"):
+        volcano = values["trainer"]["volcano"]
+        checks += [_volcano_queue(api, volcano), _priority_classes(api, volcano)]
+    if needed := volcano_apis_needed(values):
+        checks.append(_volcano_apis(api, needed))
+    if claims := claims_needed(values):
+        checks += _storage_classes(api, claims, volume_permissions(values))
+    if ingresses := ingresses_needed(values):
+        checks += _ingress_classes(api, ingresses)
+    serving = values.get("serving") or {}
+    if serving.get("enabled") and (serving.get("autoscaling") or {}).get("enabled"):
+        checks.append(_metrics_api(api))
     return checks
 
 
@@ -446,6 +485,273 @@ def _storage_class(api) -> Check:
     return Check("default StorageClass", "ok", ", ".join(default))
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A PersistentVolumeClaim the chart creates: values key, class ("" = default), mode."""
+
+    key: str
+    storage_class: str
+    access_mode: str
+
+
+def claims_needed(values: dict) -> list[Claim]:
+    """The claims the chart creates for these effective values (an existingClaim is the
+    user's own and is not checked)."""
+    claims = []
+
+    def part(name: str) -> dict:
+        section = values.get(name) or {}
+        return section if section.get("enabled") else {}
+
+    def add(key: str, spec: dict, mode: str | None = None) -> None:
+        if spec and not spec.get("existingClaim") and spec.get("enabled", True):
+            access_mode = mode or spec.get("accessMode") or "ReadWriteOnce"
+            claims.append(Claim(key, spec.get("storageClass") or "", access_mode))
+
+    add("trainer.staging", part("trainer").get("staging"))
+    cube = part("cube")
+    add("cube.sharedStorage", cube.get("sharedStorage"))
+    add("cube.persistence", cube.get("persistence"), "ReadWriteOnce")  # volumeClaimTemplates
+    add("fileserver.persistence", part("fileserver").get("persistence"))
+    add("mlflow.persistence", part("mlflow").get("persistence"), "ReadWriteOnce")
+    return claims
+
+
+def volume_permissions(values: dict) -> bool:
+    return bool(((values.get("global") or {}).get("volumePermissions") or {}).get("enabled"))
+
+
+def storage_kind(provisioner: str, parameters: dict | None = None) -> str:
+    """What the class makes: file (NFS-like, ReadWriteMany), block (ReadWriteOnce only)
+    or unknown."""
+    names = [(parameters or {}).get(CSI_DRIVER_PARAMETER) or "", provisioner or ""]
+    for name in (n.lower() for n in names if n):
+        if any(m in name for m in FILE_STORAGE_MARKERS):
+            return "file"
+        if any(m in name for m in BLOCK_STORAGE_MARKERS):
+            return "block"
+    return "unknown"
+
+
+def judge_storage_class(
+    label: str, found: tuple[str, dict] | None, claims: list[Claim], permissions: bool
+) -> Check:
+    """One StorageClass against the claims that use it. `found` = (provisioner, parameters)
+    of the class, None when it does not exist."""
+    name = f"StorageClass {label}"
+    keys = ", ".join(c.key for c in claims)
+    uses = ", ".join(f"{c.key} ({c.access_mode})" for c in claims)
+    if found is None:
+        return Check(
+            name,
+            "fail",
+            f"no StorageClass {label}: the claims of {keys} would stay Pending",
+            f"create it, or set {' / '.join(f'{c.key}.storageClass' for c in claims)} to a "
+            "class that exists (kubectl get storageclass)",
+        )
+    provisioner, parameters = found
+    kind = storage_kind(provisioner, parameters)
+    driver = (parameters or {}).get(CSI_DRIVER_PARAMETER)
+    made_by = f"provisioner {provisioner}" + (f" (driver {driver})" if driver else "")
+    shared = [c.key for c in claims if c.access_mode == "ReadWriteMany"]
+    if shared and kind == "block":
+        return Check(
+            name,
+            "fail",
+            f"{made_by} makes block volumes, which are ReadWriteOnce only: "
+            f"{', '.join(shared)} ask for ReadWriteMany and would stay Pending",
+            "use a file-storage class for them (EFS, CFS, SFS csi-nas, NFS, CephFS), or "
+            "accessMode: ReadWriteOnce with every pod that mounts them on one node "
+            "(docs/chart.md, Shared volumes)",
+        )
+    if shared and kind == "unknown":
+        return Check(
+            name,
+            "warn",
+            f"{made_by}: cannot tell whether it serves ReadWriteMany, which "
+            f"{', '.join(shared)} ask for",
+            "check the driver's access modes; NFS-like classes (EFS, CFS, SFS csi-nas, NFS, "
+            "CephFS) serve it",
+        )
+    if kind == "file" and not permissions:
+        return Check(
+            name,
+            "warn",
+            f"{made_by} makes file-storage volumes, usually with a root-owned root directory "
+            f"that fsGroup does not change: the pods (uid 10001) may not write {keys}",
+            "set global.volumePermissions.enabled: true (docs/chart.md, Shared volumes), or "
+            "make the class hand out volumes owned by uid 10001",
+        )
+    what = {"file": "file storage", "block": "ReadWriteOnce only"}.get(kind, "kind unknown")
+    return Check(name, "ok", f"{made_by} ({what}); used by {uses}")
+
+
+def _storage_classes(api, claims: list[Claim], permissions: bool) -> list[Check]:
+    from kubernetes import client
+
+    try:
+        classes = client.StorageV1Api(api).list_storage_class(_request_timeout=REQUEST_TIMEOUT)
+    except Exception as exc:
+        return [Check("StorageClasses", "fail", common.kube_error(exc, "list").message, _RBAC_FIX)]
+    found = {sc.metadata.name: (sc.provisioner, sc.parameters or {}) for sc in classes.items}
+    defaults = [
+        sc.metadata.name
+        for sc in classes.items
+        if any((sc.metadata.annotations or {}).get(a) == "true" for a in DEFAULT_CLASS_ANNOTATIONS)
+    ]
+    checks = []
+    for class_name in dict.fromkeys(c.storage_class for c in claims):
+        users = [c for c in claims if c.storage_class == class_name]
+        if class_name:
+            checks.append(
+                judge_storage_class(class_name, found.get(class_name), users, permissions)
+            )
+        elif defaults:
+            label = f"(default: {defaults[0]})"
+            checks.append(judge_storage_class(label, found[defaults[0]], users, permissions))
+        else:
+            checks.append(
+                Check("StorageClass (default)", "skip", "no default StorageClass (see above)")
+            )
+    return checks
+
+
+def ingresses_needed(values: dict) -> list[tuple[str, str]]:
+    """(values key, ingressClassName) of every Ingress the chart creates; "" = the default."""
+    found = []
+    for part in ("serving", "mlflow"):
+        section = values.get(part) or {}
+        ingress = section.get("ingress") or {}
+        if section.get("enabled") and ingress.get("enabled"):
+            found.append((f"{part}.ingress", ingress.get("className") or ""))
+    return found
+
+
+def judge_ingress_class(
+    class_name: str, keys: list[str], classes: dict[str, str], defaults: list[str]
+) -> Check:
+    """One ingressClassName ("" = the cluster default) against the IngressClasses that exist
+    (name -> controller)."""
+    users = ", ".join(keys)
+    if not class_name:
+        if not defaults:
+            return Check(
+                "IngressClass (default)",
+                "fail",
+                f"{users}: no className and no IngressClass is marked default, so no "
+                "controller serves the Ingress",
+                f"set {' / '.join(f'{k}.className' for k in keys)} to one of: "
+                f"{', '.join(classes) or 'none (install an ingress controller)'}, or mark one "
+                f'default (annotation {DEFAULT_INGRESS_CLASS_ANNOTATION}: "true")',
+            )
+        class_name = defaults[0]
+        label = f"IngressClass (default: {class_name})"
+    else:
+        label = f"IngressClass {class_name}"
+    if class_name not in classes:
+        return Check(
+            label,
+            "fail",
+            f"no IngressClass {class_name}: no controller would serve {users}",
+            "install the ingress controller that provides it, or set className to one of: "
+            f"{', '.join(classes) or 'none (no IngressClass exists)'}",
+        )
+    return Check(label, "ok", f"controller {classes[class_name]}; used by {users}")
+
+
+def _ingress_classes(api, ingresses: list[tuple[str, str]]) -> list[Check]:
+    from kubernetes import client
+
+    try:
+        listed = client.NetworkingV1Api(api).list_ingress_class(_request_timeout=REQUEST_TIMEOUT)
+    except Exception as exc:
+        return [Check("IngressClasses", "fail", common.kube_error(exc, "list").message, _RBAC_FIX)]
+    classes = {ic.metadata.name: ic.spec.controller for ic in listed.items}
+    defaults = [
+        ic.metadata.name
+        for ic in listed.items
+        if (ic.metadata.annotations or {}).get(DEFAULT_INGRESS_CLASS_ANNOTATION) == "true"
+    ]
+    by_class: dict[str, list[str]] = {}
+    for key, class_name in ingresses:
+        by_class.setdefault(class_name, []).append(key)
+    return [judge_ingress_class(n, keys, classes, defaults) for n, keys in by_class.items()]
+
+
+def _metrics_api(api) -> Check:
+    """The serving HPA scales on CPU from metrics.k8s.io (metrics-server)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    name = "metrics API"
+    fix = (
+        "install metrics-server (it serves metrics.k8s.io), or set "
+        "serving.autoscaling.enabled: false and a fixed serving.replicas"
+    )
+    try:
+        service = client.ApiregistrationV1Api(api).read_api_service(
+            METRICS_API_SERVICE, _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            return Check(name, "fail", common.kube_error(exc, "read apiservice").message, _RBAC_FIX)
+        return Check(
+            name,
+            "fail",
+            "metrics.k8s.io is not served: the serving HPA (serving.autoscaling) cannot read "
+            "CPU use and never scales",
+            fix,
+        )
+    conditions = {c.type: c for c in (service.status.conditions or [])} if service.status else {}
+    available = conditions.get("Available")
+    if available is None or available.status != "True":
+        why = f"{available.reason}: {available.message}" if available else "no Available condition"
+        return Check(
+            name,
+            "fail",
+            f"{METRICS_API_SERVICE} is registered but not available ({why}): the serving HPA "
+            "cannot read CPU use",
+            f"kubectl describe apiservice {METRICS_API_SERVICE}; " + fix,
+        )
+    backend = service.spec.service
+    where = f"service {backend.namespace}/{backend.name}" if backend else "served locally"
+    return Check(name, "ok", f"{METRICS_API_SERVICE} available ({where})")
+
+
+def volcano_apis_needed(values: dict) -> list[tuple[str, str]]:
+    """Volcano (group, version) pairs the chart's objects need for these values."""
+    trainer = values.get("trainer") or {}
+    needed = []
+    if trainer.get("enabled"):
+        needed.append(VOLCANO_JOB_API)
+    creates_queue = trainer.get("enabled") and trainer["volcano"]["createQueue"]["enabled"]
+    if trainer.get("enabled") or creates_queue or values.get("teams"):
+        needed.append(VOLCANO_SCHEDULING_API)  # the job's PodGroup, the chart's Queues
+    return needed
+
+
+def _volcano_apis(api, needed: list[tuple[str, str]]) -> Check:
+    from kubernetes import client
+
+    name = "Volcano APIs"
+    try:
+        groups = client.ApisApi(api).get_api_versions(_request_timeout=REQUEST_TIMEOUT).groups
+    except Exception as exc:
+        return Check(name, "fail", common.kube_error(exc, "discovery").message, _RBAC_FIX)
+    served = {g.name: {v.version for v in g.versions} for g in groups}
+    missing = [f"{g}/{v}" for g, v in needed if v not in served.get(g, set())]
+    wanted = ", ".join(f"{g}/{v}" for g, v in needed)
+    if missing:
+        have = {g: sorted(served[g]) for g, _ in needed if g in served}
+        return Check(
+            name,
+            "fail",
+            f"not served: {', '.join(missing)}" + (f" (served: {have})" if have else ""),
+            f"install Volcano >= 1.9 (the chart's objects use {wanted})",
+        )
+    return Check(name, "ok", wanted)
+
+
 def _permissions(api, namespace: str) -> Check:
     from kubernetes import client
 
@@ -496,8 +802,10 @@ def doctor(
         None,
         "--values",
         "-f",
-        help="Values file(s) to deploy: also check the Volcano queue and PriorityClasses "
-        "they name (repeatable, like helm -f).",
+        help="Values file(s) to deploy: also check what they need from the cluster: the "
+        "Volcano queue, PriorityClasses and APIs, every StorageClass (and ReadWriteMany) and "
+        "IngressClass they name, the metrics API for serving autoscaling (repeatable, like "
+        "helm -f).",
     ),
     namespace: str | None = NAMESPACE_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
