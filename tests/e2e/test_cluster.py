@@ -384,3 +384,78 @@ def test_images_are_pulled_from_the_local_registry(kube_cluster, ns, tmp_path):
         ]
     finally:
         api.close()
+
+
+def test_volume_permissions_make_a_root_owned_volume_writable(kube_cluster, ns, tmp_path):
+    """global.volumePermissions (docs/chart.md "Shared volumes") on a root-owned hostPath
+    volume, which like an NFS-like class's volume is not changed by fsGroup: the pod's user
+    (10001) cannot write it; with the chart's own init container (rendered by helm for
+    cube-transfer's cube root; busybox instead of the cube image, both have sh, stat, chown
+    and chmod) it can, files already there keep their owner, and a second start changes
+    nothing."""
+    import os
+
+    import yaml
+    from tests.conftest import REPO, require_tool
+
+    rendered = subprocess.run(
+        [require_tool("helm"), "template", "ctr", str(REPO / "charts" / "elasticctr"),
+         "--set", "global.volumePermissions.enabled=true",
+         "--show-only", "charts/cube/templates/transfer-deployment.yaml"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    chart_pod = yaml.safe_load(rendered.stdout)["spec"]["template"]["spec"]
+    (init,) = chart_pod["initContainers"]
+    (mount,) = init["volumeMounts"]
+    root = tmp_path / "cube-root"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    (root / "kept").write_text("from before\n")
+    assert (root.stat().st_uid, root.stat().st_gid) == (0, 0)
+
+    def pod(name: str, with_init: bool) -> dict:
+        spec = busybox_pod(
+            name,
+            f"echo {name} > {mount['mountPath']}/{name} && echo wrote",
+            securityContext=chart_pod["securityContext"],
+            container={
+                "securityContext": chart_pod["containers"][0]["securityContext"],
+                "volumeMounts": [mount],
+            },
+            volumes=[{"name": mount["name"], "hostPath": {"path": str(root), "type": "Directory"}}],
+        )
+        if with_init:
+            spec["spec"]["initContainers"] = [
+                {**init, "image": harness.BUSYBOX_IMAGE, "imagePullPolicy": "Never"}
+            ]
+        return spec
+
+    def ended(name: str):
+        def probe():
+            p = core.read_namespaced_pod(name, ns)
+            return p.status.phase in ("Succeeded", "Failed") and p
+
+        return wait_until(f"pod {name} to finish", probe, POD_START, kube_cluster, ns)
+
+    api = kube_cluster.api()
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(ns, pod("without", with_init=False))
+        assert ended("without").status.phase == "Failed"
+        assert "Permission denied" in core.read_namespaced_pod_log("without", ns)
+
+        core.create_namespaced_pod(ns, pod("first", with_init=True))
+        assert "wrote" in finished_log(kube_cluster, core, "first", ns)
+        init_log = core.read_namespaced_pod_log("first", ns, container="volume-permissions")
+        assert f"{mount['mountPath']}: 0:0 drwxr-xr-x -> 10001:10001 drwxrwxr-x" in init_log
+        assert (root.stat().st_uid, root.stat().st_gid) == (10001, 10001)
+        assert (root / "first").stat().st_uid == 10001
+        assert (root / "kept").stat().st_uid == 0  # the root directory only, never recursive
+
+        core.create_namespaced_pod(ns, pod("again", with_init=True))
+        assert "wrote" in finished_log(kube_cluster, core, "again", ns)
+        init_log = core.read_namespaced_pod_log("again", ns, container="volume-permissions")
+        assert "10001:10001 drwxrwxr-x, nothing to change" in init_log
+    finally:
+        api.close()
