@@ -266,6 +266,44 @@ class ModelStore:
             storage.put_file(path, storage.join(target, rel), self.hdfs_ugi, token=self.token or "")
         return target
 
+    # --- deleting ---------------------------------------------------------------------
+
+    def delete_all(self) -> bool:
+        """Delete this store's root folder with every version in it; False when it did
+        not exist. Meant for a scenario's own prefix (`ectl scenario remove --purge`);
+        the caller makes sure the URL is one (a platform root is never passed)."""
+        url = self.url
+        local = self.local_root()
+        if local is not None:
+            if not local.exists():
+                return False
+            self._call(url, shutil.rmtree, local)
+            return True
+        if url.startswith(("http://", "https://")):
+            return self._call(url, self._delete_http, url)
+        if not self._names(url):
+            return False
+        fs, path = self._fs(url)
+        self._call(url, fs.rm, path, True)  # recursive
+        return True
+
+    def _delete_http(self, url: str) -> bool:
+        """The fileserver deletes a folder with one DELETE (writes need the token)."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = httpx.delete(url.rstrip("/"), headers=headers, timeout=60)
+        if resp.status_code == 404:
+            return False
+        if resp.status_code in (401, 403):
+            raise EctlError(
+                f"{redact_url(url)}: the fileserver refused the delete (HTTP {resp.status_code})",
+                hint=f"set {ENV_FILESERVER_TOKEN} to the fileserver's token",
+            )
+        if resp.status_code >= 300:
+            raise EctlError(f"{redact_url(url)}: HTTP {resp.status_code} {resp.text[:200]}")
+        return True
+
 
 def _is_scenario(name: str) -> bool:
     from elasticctr import scenarios
