@@ -4,8 +4,8 @@
   (model, embedding width, dense layer sizes, slots, feasign hashing): versions written
   by training's own writers (`export.build_version`, `ModelStore.publish`) in a local
   store and on the project's fileserver (reads and writes protected, as in a release);
-- `--purge` deletes exactly the scenario's prefix (the platform's other scenarios stay),
-  over the fileserver only with its token;
+- `--purge` deletes exactly the scenario's prefix (the platform's other scenarios stay)
+  in a local store, on the fileserver (only with its token), HDFS and S3;
 - MLflow: an alias other than `serving` pins a version and refuses the removal; a purge
   deletes the registered model and frees the experiment's name for a new scenario.
 
@@ -113,25 +113,30 @@ def test_versions_keep_their_shape_on_the_fileserver(fileserver, tmp_path):
         )
 
 
-@pytest.mark.parametrize("where", ["local", "fileserver"])
-def test_purge_deletes_the_scenario_prefix_only(where, fileserver, tmp_path):
+@pytest.mark.parametrize("where", ["local", "fileserver", "hdfs", "s3"])
+def test_purge_deletes_the_scenario_prefix_only(where, request, tmp_path):
     if where == "local":
         root = modelstore.open_store(str(tmp_path / "store"))
+    elif where == "fileserver":
+        url = request.getfixturevalue("fileserver")[0]
+        root = modelstore.open_store(f"{url}/purge-{uuid.uuid4().hex[:6]}", token=TOKEN)
     else:
-        root = modelstore.open_store(f"{fileserver[0]}/purge", token=TOKEN)
+        base = request.getfixturevalue("hdfs_dir" if where == "hdfs" else "s3_prefix")
+        root = modelstore.open_store(f"{base}/models")
     for name in ("coupon", "feed"):
         publish(root, name, "20200401/00", scenario_values(), tmp_path)
     coupon = scenario_store(root, "coupon")
     if where == "fileserver":  # reads may be open to all; deletes need the token
         no_token = modelstore.ModelStore(coupon.url, token=None)
-        with pytest.raises(EctlError, match="refused the delete \\(HTTP 401\\)"):
+        with pytest.raises(EctlError, match="refused the (request|delete) \\(HTTP 401\\)"):
             no_token.delete_all()
         assert coupon.list_versions() == ["20200401/00"]
     assert coupon.delete_all() is True
     assert coupon.list_versions() == []
     assert coupon.delete_all() is False  # nothing left: not an error
     assert scenario_store(root, "feed").list_versions() == ["20200401/00"]
-    assert root.list_scenarios() == ["feed"]
+    # SeaweedFS's S3 gateway keeps empty folder entries once their objects are gone
+    assert root.list_scenarios() == (["coupon", "feed"] if where == "s3" else ["feed"])
     with pytest.raises(EctlError, match="platform's store root"):
         scenario_store(root, scenarios.DEFAULT)
 
