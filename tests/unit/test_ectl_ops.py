@@ -804,3 +804,51 @@ def test_registration_configmaps_are_parsed_and_checked_once():
     with pytest.raises(EctlError, match="ConfigMap x: no scenario.json key"):
         from_configmaps([cm("x", "coupon", {})])
     assert registry_selector("plat") == "elasticctr.io/platform=plat,elasticctr.io/scenario"
+
+
+@pytest.mark.fast
+def test_scenario_status_freshness_and_table():
+    """`ectl scenario status`: freshness is the age of the served version's data hour
+    (its end, UTC); the table shows each scenario's state on one row."""
+    import datetime as dt
+
+    from rich.console import Console
+
+    from elasticctr.cli.scenario import format_age, freshness_seconds, status_table
+
+    now = dt.datetime(2020, 4, 1, 9, 30, tzinfo=dt.UTC)
+    assert freshness_seconds("20200401/07", now) == 5400  # hour 07's data ends at 08:00
+    assert freshness_seconds("20200401/08", now) == 1800
+    assert freshness_seconds("20200401/10", now) < 0  # a clock behind the data
+    assert freshness_seconds(None, now) is None and freshness_seconds("bad", now) is None
+    assert [format_age(s) for s in (None, -5, 59, 61, 3 * 3600 + 120, 2 * 86400 + 7200)] == [
+        "-", "ahead", "0m", "1m", "3h 2m", "2d 2h",
+    ]  # fmt: skip
+    row = {
+        "name": "coupon", "trained": "20200401/08", "served": "20200401/07",
+        "freshness_seconds": 5400, "heldout_auc": 0.71234, "trainers": "2/1/3",
+        "queue": "growth", "job": "Running", "error": None, "store_error": "[red]x",
+    }  # fmt: skip
+    idle = {**row, "name": "feed", "trained": None, "served": None, "freshness_seconds": None,
+            "heldout_auc": None, "store_error": None, "trainers": "0/1/2"}  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(status_table([row, idle], "scenarios"))
+    text = console.export_text()
+    assert "hour trained" in text and "held-out AUC" in text and "trainers r/min/max" in text
+    assert "20200401/08" in text and "1h 30m" in text and "0.7123" in text and "2/1/3" in text
+    assert "[red]x" in text  # a store error's markup is shown as is
+    feed = next(line for line in text.splitlines() if "feed" in line)
+    cells = [c.strip() for c in feed.split("│")[1:-1]]
+    assert cells[:6] == ["feed", "-", "-", "-", "-", "0/1/2"]
+
+
+@pytest.mark.fast
+def test_served_version_carries_its_heldout_auc():
+    from elasticctr.serving.model import VersionInfo
+
+    base = {"slots": [0, 1], "embedding_dim": 4, "sparse_dim": None, "model": {"name": "lr"}}
+    info = VersionInfo.from_manifest({**base, "metrics": {"auc": 0.75}}, "20200401/00")
+    assert info.heldout_auc == 0.75
+    assert VersionInfo.from_manifest(base, "20200401/00").heldout_auc is None
+    nan = VersionInfo.from_manifest({**base, "metrics": {"auc": float("nan")}}, "20200401/00")
+    assert nan.heldout_auc is None  # no held-out samples: no AUC, not NaN in JSON

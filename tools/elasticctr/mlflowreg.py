@@ -66,18 +66,28 @@ def _version_filter(name: str, version_id: str) -> str:
     return f"name = '{name}' and tags.`{C.MLFLOW_TAG_VERSION}` = '{version_id}'"
 
 
-def _set_alias_rest(tracking_uri: str, name: str, version_id: str) -> str | None:
-    """set_serving_alias through the tracking server's REST API (MLflow's own auth
-    variables are honoured: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME/PASSWORD)."""
+def _rest(tracking_uri: str):
+    """(httpx client, API base URL) of a tracking server; MLflow's own auth variables are
+    honoured: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME/PASSWORD."""
     import httpx
 
+    if not tracking_uri.startswith(("http://", "https://")):
+        raise EctlError(
+            f"MLflow tracking URI {tracking_uri}: not a tracking server (http:// or https://)"
+        )
     headers, auth = {}, None
     if token := os.environ.get("MLFLOW_TRACKING_TOKEN"):
         headers["Authorization"] = f"Bearer {token}"
     elif user := os.environ.get("MLFLOW_TRACKING_USERNAME"):
         auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
     base = tracking_uri.rstrip("/") + "/api/2.0/mlflow"
-    with httpx.Client(timeout=30, headers=headers, auth=auth) as http:
+    return httpx.Client(timeout=30, headers=headers, auth=auth), base
+
+
+def _set_alias_rest(tracking_uri: str, name: str, version_id: str) -> str | None:
+    """set_serving_alias through the tracking server's REST API."""
+    http, base = _rest(tracking_uri)
+    with http:
         found = http.get(
             base + "/model-versions/search", params={"filter": _version_filter(name, version_id)}
         )
@@ -92,3 +102,79 @@ def _set_alias_rest(tracking_uri: str, name: str, version_id: str) -> str | None
         )
         done.raise_for_status()
         return number
+
+
+# --- a scenario's entries, read and deleted by `ectl scenario remove` (REST only: the CLI
+# reaches the platform's tracking server over http, and has no MLflow client either) ---
+
+
+def _answer(resp, what: str) -> dict | None:
+    """The JSON of an MLflow REST answer; None for RESOURCE_DOES_NOT_EXIST."""
+    if resp.status_code == 404 or (
+        resp.status_code == 400 and "RESOURCE_DOES_NOT_EXIST" in resp.text
+    ):
+        return None
+    if resp.status_code >= 300:
+        raise EctlError(f"MLflow: {what}: HTTP {resp.status_code} {resp.text[:200]}")
+    return resp.json() if resp.content else {}
+
+
+def registered_aliases(tracking_uri: str, name: str) -> dict[str, str] | None:
+    """Every alias of registered model `name` -> its MLflow version number (the `serving`
+    alias included); None when there is no such registered model."""
+    http, base = _rest(tracking_uri)
+    with http:
+        doc = _answer(
+            http.get(base + "/registered-models/get", params={"name": name}),
+            f"registered model {name}",
+        )
+    if doc is None:
+        return None
+    model = doc.get("registered_model") or {}
+    return {a["alias"]: str(a["version"]) for a in model.get("aliases") or []}
+
+
+def pins(aliases: dict[str, str] | None) -> dict[str, str]:
+    """The aliases that pin a version: every one but `serving`, which serving itself moves
+    to whatever it answers with (docs/platform.md, "Removing a scenario")."""
+    return {a: v for a, v in (aliases or {}).items() if a != SERVING_ALIAS}
+
+
+def delete_registered_model(tracking_uri: str, name: str) -> bool:
+    """Delete registered model `name` with all its versions; False when it did not exist."""
+    http, base = _rest(tracking_uri)
+    with http:
+        done = _answer(
+            http.request("DELETE", base + "/registered-models/delete", json={"name": name}),
+            f"delete registered model {name}",
+        )
+    return done is not None
+
+
+def delete_experiment(tracking_uri: str, name: str) -> str | None:
+    """Delete experiment `name` (MLflow keeps deleted runs until `mlflow gc` on the server)
+    after renaming it to ``<name>.deleted-<id>``, so a scenario added again under the same
+    name gets a new experiment (MLflow refuses to reuse a deleted one's name). Returns the
+    new name, or None when there was no such experiment."""
+    http, base = _rest(tracking_uri)
+    with http:
+        doc = _answer(
+            http.get(base + "/experiments/get-by-name", params={"experiment_name": name}),
+            f"experiment {name}",
+        )
+        if doc is None:
+            return None
+        exp_id = str(doc["experiment"]["experiment_id"])
+        renamed = f"{name}.deleted-{exp_id}"
+        _answer(
+            http.post(
+                base + "/experiments/update",
+                json={"experiment_id": exp_id, "new_name": renamed},
+            ),
+            f"rename experiment {name}",
+        )
+        _answer(
+            http.post(base + "/experiments/delete", json={"experiment_id": exp_id}),
+            f"delete experiment {name}",
+        )
+    return renamed

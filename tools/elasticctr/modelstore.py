@@ -266,6 +266,63 @@ class ModelStore:
             storage.put_file(path, storage.join(target, rel), self.hdfs_ugi, token=self.token or "")
         return target
 
+    # --- deleting ---------------------------------------------------------------------
+
+    def delete_all(self) -> bool:
+        """Delete this store's root folder with every version in it; False when it did
+        not exist. Meant for a scenario's own prefix (`ectl scenario remove --purge`);
+        the caller makes sure the URL is one (a platform root is never passed).
+
+        Every version's donefile goes first, so a delete that fails part-way leaves only
+        versions that no reader takes for complete."""
+        url = self.url
+        for version in self.list_versions():
+            self._delete(storage.join(self.version_url(version), DONEFILE), folder=False)
+        return self._delete(url, folder=True)
+
+    def _delete(self, url: str, *, folder: bool) -> bool:
+        local = ModelStore(url).local_root()
+        if local is not None:
+            if not local.exists():
+                return False
+            self._call(url, shutil.rmtree if folder else os.unlink, local)
+            return True
+        if url.startswith(("http://", "https://")):
+            return self._call(url, self._delete_http, url)
+        fs, path = self._fs(url)
+        if not folder:
+            self._call(url, fs.rm, path)
+            fs.invalidate_cache(path)  # s3fs lists from a cache otherwise
+            return True
+        if not self._names(url):
+            return False
+        # Files, not folders, say whether anything was there: an S3 gateway with a
+        # filer (SeaweedFS) keeps empty folder entries after their objects are deleted.
+        files = [f for f in self._call(url, fs.find, path) if f.rstrip("/") != path.rstrip("/")]
+        if files:
+            self._call(url, fs.rm, path, True)
+        elif not storage.is_s3(url):
+            self._call(url, fs.rm, path, True)  # empty folders only
+        fs.invalidate_cache(path)
+        return bool(files)
+
+    def _delete_http(self, url: str) -> bool:
+        """The fileserver deletes a folder with one DELETE (writes need the token)."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = httpx.delete(url.rstrip("/"), headers=headers, timeout=60)
+        if resp.status_code == 404:
+            return False
+        if resp.status_code in (401, 403):
+            raise EctlError(
+                f"{redact_url(url)}: the fileserver refused the delete (HTTP {resp.status_code})",
+                hint=f"set {ENV_FILESERVER_TOKEN} to the fileserver's token",
+            )
+        if resp.status_code >= 300:
+            raise EctlError(f"{redact_url(url)}: HTTP {resp.status_code} {resp.text[:200]}")
+        return True
+
 
 def _is_scenario(name: str) -> bool:
     from elasticctr import scenarios

@@ -510,9 +510,17 @@ def upgrade(
 
       ectl upgrade -f values.yaml --timeout 20m
     """
+    target = _target(release, namespace, kubeconfig, context, helm)
+
+    def check(values: dict[str, Any], namespace: str) -> None:
+        # A scenario release keeps the shape of the versions in its store prefix.
+        from elasticctr.cli.scenario import check_upgrade
+
+        check_upgrade(target, values, namespace)
+
     _deploy(
         "upgrade",
-        _target(release, namespace, kubeconfig, context, helm),
+        target,
         files,
         chart,
         sets=sets,
@@ -523,6 +531,7 @@ def upgrade(
         create_namespace=False,
         output=output,
         show_diff=show_diff,
+        check=check,
     )
 
 

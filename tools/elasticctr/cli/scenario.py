@@ -1,18 +1,32 @@
-"""`ectl scenario add | list | remove`: scenarios on a shared platform (docs/platform.md).
+"""`ectl scenario add | list | status | remove`: scenarios on a shared platform
+(docs/platform.md).
 
 A scenario is a Helm release of the same chart holding only its training job (the
 platform release serves it); `add` writes the keys that make it one (global.scenario, the
 platform parts disabled, the platform's image, store and MLflow), checks what helm cannot
 (the name is free, the platform exists and serves scenarios, the Volcano queue exists, the
-platform's cube has room for the scenario's table) and installs it. `list` shows every
+platform's cube has room for the scenario's table, the versions already in the scenario's
+store prefix have the same shape) and installs it. `list` and `status` show every
 scenario of a platform in one table; `remove` uninstalls one (its ConfigMap goes with it,
-so the platform's cube-transfer drops its tables and serving forgets it).
+so the platform's cube-transfer drops its tables and serving forgets it), refusing while
+MLflow pins one of its versions, and `--purge` also deletes its store prefix and MLflow
+entries.
+
+The platform's model store and MLflow are reached from this machine as the CLI's other
+verbs reach a release's services: the platform's own URL when it names one
+(global.modelStore, global.mlflow.trackingUri), else its fileserver or MLflow Service
+through a port-forward (elasticctr.cli.forward); `--store` / `--mlflow` override.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import datetime as dt
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +69,18 @@ PLATFORM_OPTION = typer.Option(
 )
 PLATFORM_PARTS = ("fileserver", "mlflow", "cube", "serving")
 QUEUES = ("scheduling.volcano.sh", "v1beta1", "queues")
+STORE_OPTION = typer.Option(
+    None,
+    "--store",
+    help="The platform's model store as this machine reaches it (default: the platform's "
+    "global.modelStore, else its fileserver through a port-forward).",
+)
+MLFLOW_OPTION = typer.Option(
+    None,
+    "--mlflow",
+    help="The platform's MLflow tracking server as this machine reaches it (default: the "
+    "platform's global.mlflow.trackingUri, else its MLflow through a port-forward).",
+)
 
 
 def _platform_values(target: Target, platform: str, namespace: str) -> dict[str, Any]:
@@ -138,6 +164,138 @@ def room_problem(
     return None
 
 
+def _fileserver_token(target: Target, platform: str, pv: dict[str, Any], namespace: str):
+    """The platform fileserver's token: $ELASTICCTR_FILESERVER_TOKEN, else its Secret (the
+    chart's `fileserver.secretName`); None when neither can be read (reads may still work)."""
+    from kubernetes import client
+
+    from elasticctr.constants import ENV_FILESERVER_TOKEN
+
+    if os.environ.get(ENV_FILESERVER_TOKEN):
+        return os.environ[ENV_FILESERVER_TOKEN]
+    auth = (pv.get("fileserver") or {}).get("auth") or {}
+    name = auth.get("existingSecret") or f"{platform}-fileserver"[:63].rstrip("-")
+    key = (auth.get("existingSecretKey") or "token") if auth.get("existingSecret") else "token"
+    api = common.kube_api_client(target)
+    try:
+        secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace, _request_timeout=30)
+        raw = (secret.data or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else None
+    except Exception:  # noqa: BLE001 - no right to read it: a protected store says so itself
+        return None
+    finally:
+        api.close()
+
+
+@contextlib.contextmanager
+def platform_store(
+    target: Target, platform: str, pv: dict[str, Any], namespace: str, store: str | None
+) -> Iterator[Any]:
+    """The platform's model store (its root) opened from this machine."""
+    from elasticctr import modelstore
+
+    g = pv.get("global") or {}
+    hdfs = (g.get("data") or {}).get("hdfsAddress") or None
+    if store or g.get("modelStore"):
+        yield modelstore.open_store(store or g["modelStore"], hdfs_address=hdfs)
+        return
+    if not (pv.get("fileserver") or {}).get("enabled"):
+        raise EctlError(
+            f"platform {platform} names no model store and runs no fileserver",
+            hint="pass --store URL",
+        )
+    from elasticctr.cli.forward import forward_service
+
+    token = _fileserver_token(target, platform, pv, namespace)
+    where = Target(platform, namespace, target.kubeconfig, target.context, target.helm)
+    with forward_service(where, "fileserver") as url:
+        yield modelstore.open_store(f"{url}/models", token=token or "")
+
+
+@contextlib.contextmanager
+def platform_mlflow(
+    target: Target, platform: str, pv: dict[str, Any], namespace: str, uri: str | None
+) -> Iterator[str | None]:
+    """The platform's MLflow tracking URI from this machine; None when it has none."""
+    g = pv.get("global") or {}
+    uri = uri or (g.get("mlflow") or {}).get("trackingUri")
+    if uri:
+        yield uri
+        return
+    if not (pv.get("mlflow") or {}).get("enabled"):
+        yield None
+        return
+    from elasticctr.cli.forward import forward_service
+
+    where = Target(platform, namespace, target.kubeconfig, target.context, target.helm)
+    with forward_service(where, "mlflow") as url:
+        yield url
+
+
+def scenario_store(root: Any, name: str) -> Any:
+    """Scenario `name`'s own prefix of an opened platform store (same token and user)."""
+    from elasticctr import modelstore
+
+    if name == scenarios.DEFAULT:
+        raise EctlError("the default scenario is the platform's store root, not a prefix")
+    return modelstore.ModelStore(
+        scenarios.store_url(root.url, name), token=root.token, hdfs_ugi=root.hdfs_ugi
+    )
+
+
+def shape_problems(store: Any, name: str, values: dict[str, Any]) -> list[str]:
+    """Why `values` cannot train into scenario `name`'s store prefix: one line per
+    setting that differs from the newest version already there ([] when none is)."""
+    from elasticctr import modelstore
+    from elasticctr.train import config as train_config
+    from elasticctr.train import shape
+
+    newest = store.latest_version()
+    if newest is None:
+        return []
+    differs = shape.shape_problems(store.read_manifest(newest), train_config.from_values(values))
+    where = modelstore.redact_url(store.url)
+    return [
+        f"{key}: {wanted!r} differs from {stored!r} of the versions scenario {name} already "
+        f"has (newest {newest} in {where}); keep {stored!r}, pick a new scenario name, or "
+        f"delete those versions first with `ectl scenario remove {name} --purge`"
+        for key, stored, wanted in differs
+    ]
+
+
+def check_versions(
+    target: Target, platform: str, name: str, values: dict[str, Any], namespace: str,
+    pv: dict[str, Any] | None = None, store: str | None = None,
+) -> list[str]:  # fmt: skip
+    """`shape_problems` against the platform's store as this machine reaches it; a store
+    that cannot be read is a problem too (it is never taken for an empty one)."""
+    pv = pv if pv is not None else _platform_values(target, platform, namespace)
+    try:
+        with platform_store(target, platform, pv, namespace, store) as root:
+            return shape_problems(scenario_store(root, name), name, values)
+    except EctlError as exc:
+        if getattr(exc, "problems", None):
+            raise
+        return [
+            f"model store: cannot read scenario {name}'s versions ({exc}); pass --store URL "
+            f"that reaches the platform's store from here"
+        ]
+
+
+def check_upgrade(target: Target, values: dict[str, Any], namespace: str) -> None:
+    """`ectl upgrade` of a scenario release: the version-shape rule of `scenario add`."""
+    from elasticctr import values as chart_values
+    from elasticctr.errors import ValidationError
+
+    sc = (values.get("global") or {}).get("scenario") or {}
+    if not sc.get("name") or not sc.get("platform"):
+        return
+    effective = chart_values.effective_values(values)
+    problems = check_versions(target, sc["platform"], sc["name"], effective, namespace)
+    if problems:
+        raise ValidationError(f"scenario {sc['name']} cannot be upgraded", problems=problems)
+
+
 @scenario_app.command("add")
 def add(
     name: str = typer.Argument(..., help="Scenario name (DNS-1123 label, at most 40 characters)."),
@@ -148,6 +306,7 @@ def add(
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and show; install nothing."),
+    store: str | None = STORE_OPTION,
     wait: bool = WAIT_OPTION,
     timeout: str = TIMEOUT_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
@@ -205,6 +364,8 @@ def add(
         room = room_problem(capacity, registered, name, budget)
         if room:
             problems.append(room)
+        # A name used before keeps its versions (remove without --purge): same shape only.
+        problems.extend(check_versions(target, platform, name, effective, namespace, pv, store))
         if problems:
             from elasticctr.errors import ValidationError
 
@@ -256,11 +417,101 @@ def list_(
     console.print(table)
 
 
+@scenario_app.command("status")
+def status(
+    name: str | None = typer.Argument(None, help="One scenario (default: every one)."),
+    platform: str = PLATFORM_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Where each scenario of PLATFORM stands, one row each: the newest hour trained (in
+    the store), the version served, its freshness and held-out AUC, trainers running /
+    min / max, and the queue."""
+    target = Target(platform, namespace, kubeconfig, context, helm)
+    ns = target.resolved_namespace()
+    rows = collect(target, platform, ns)
+    if name is not None:
+        rows = [r for r in rows if r["name"] == scenarios.check_name(name, field_name="scenario")]
+        if not rows:
+            raise EctlError(
+                f"no scenario {name} on platform {platform} in namespace {ns}",
+                hint=f"ectl scenario list --platform {platform}",
+            )
+    if output is OutputFormat.json:
+        common.print_json(rows)
+        return
+    console.print(status_table(rows, f"scenarios of platform {platform} ({ns})"))
+
+
+STATUS_COLUMNS = (
+    "scenario", "hour trained", "served", "freshness", "held-out AUC", "trainers r/min/max",
+    "queue", "job", "error",
+)  # fmt: skip
+
+
+def status_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """`scenario status`'s table of `collect`'s rows."""
+    from rich.markup import escape
+
+    table = Table(title=title)
+    for col in STATUS_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        auc = r.get("heldout_auc")
+        error = r.get("error") or r.get("store_error") or ""
+        error = f"[yellow]{escape(error)}[/yellow]" if error else ""
+        table.add_row(
+            r["name"], r.get("trained") or "-", r["served"] or "-",
+            format_age(r.get("freshness_seconds")), "-" if auc is None else f"{auc:.4f}",
+            r["trainers"], r["queue"], r["job"], error,
+        )  # fmt: skip
+    return table
+
+
+def freshness_seconds(version: str | None, now: dt.datetime | None = None) -> int | None:
+    """How old the served model's data is: seconds from the end of its hour (version ids
+    are data hours, read as UTC) to `now`; None without a version."""
+    from elasticctr.versions import is_version_id, parse_date_hour
+
+    if not version or not is_version_id(version):
+        return None
+    end = parse_date_hour(version).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
+    now = now or dt.datetime.now(dt.UTC)
+    return int((now - end).total_seconds())
+
+
+def format_age(seconds: int | None) -> str:
+    """3m, 5h 10m, 12d 3h; '-' for None; a version of a later hour than now is 'ahead'."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        return "ahead"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if days:
+        return f"{days}d {hours % 24}h"
+    if hours:
+        return f"{hours}h {minutes % 60}m"
+    return f"{minutes}m"
+
+
 def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any]]:
-    """One row per registered scenario: registration, serving's version, the Volcano job."""
+    """One row per registered scenario: registration, serving's version and its held-out
+    AUC, the newest version in its store (cube-transfer's view), the Volcano job."""
     from kubernetes import client
 
-    from elasticctr.cli.status import VOLCANO, _proxy_get, _try
+    from elasticctr.cli.status import (
+        COMPONENT_LABEL,
+        INSTANCE_LABEL,
+        TRANSFER_STATUS_PATH,
+        VOLCANO,
+        _pod_proxy_get,
+        _proxy_get,
+        _try,
+        store_from_transfer,
+    )
 
     registered = _registered(target, platform, namespace)
     api = common.kube_api_client(target)
@@ -269,12 +520,26 @@ def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any
         served: dict[str, Any] = {}
         svcs = core.list_namespaced_service(
             namespace,
-            label_selector=f"app.kubernetes.io/instance={platform},"
-            "app.kubernetes.io/component=serving",
+            label_selector=f"{INSTANCE_LABEL}={platform},{COMPONENT_LABEL}=serving",
         ).items
         if svcs:
             doc = _try("serving", _proxy_get, core, namespace, svcs[0], "v1/scenarios")
             served = doc.get("scenarios", {}) if isinstance(doc, dict) else {}
+        stored: dict[str, Any] = {}
+        transfers = [
+            p for p in core.list_namespaced_pod(
+                namespace,
+                label_selector=f"{INSTANCE_LABEL}={platform},{COMPONENT_LABEL}=cube-transfer",
+            ).items
+            if p.status.phase == "Running"
+        ]  # fmt: skip
+        if transfers:
+            doc = _try(
+                "cube-transfer", _pod_proxy_get, core, namespace, transfers[0],
+                TRANSFER_STATUS_PATH,
+            )  # fmt: skip
+            if isinstance(doc, dict) and "unavailable" not in doc:
+                stored = store_from_transfer(doc).get("scenarios") or {}
         jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(
             *VOLCANO[:2], namespace, VOLCANO[2],
             label_selector=scenarios.registry_selector(platform),
@@ -295,57 +560,189 @@ def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any
             (st.get("taskStatusCount") or {}).get("trainer", {}).get("phase", {}).get("Running", 0)
         )
         srv = served.get(name) or {}
+        in_store = stored.get(name) or {}
         rows.append(
             {
                 "name": name,
                 "team": sc.team,
                 "model": sc.model,
+                "trained": in_store.get("newestVersion"),
                 "served": srv.get("version"),
+                "freshness_seconds": freshness_seconds(srv.get("version")),
+                "heldout_auc": srv.get("heldout_auc"),
                 "job": st.get("state", {}).get("phase", "-") if job else "-",
                 "trainers": f"{running}/{trainer.get('minAvailable', '-')}/"
                 f"{trainer.get('replicas', '-')}",
+                "trainers_running": running,
+                "trainers_min": trainer.get("minAvailable"),
+                "trainers_max": trainer.get("replicas"),
                 "queue": spec.get("queue", "-"),
                 "error": srv.get("error"),
+                "store_error": in_store.get("error"),
                 "cube_memory_mib": sc.cube_memory_mib,
             }
         )
     return rows
 
 
+def _mlflow_call(what: str, fn, *args):
+    """An MLflow REST call; an unreachable server is one clear error."""
+    import httpx
+
+    try:
+        return fn(*args)
+    except httpx.HTTPError as exc:
+        raise EctlError(f"MLflow: {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def pin_problem(name: str, model: str, aliases: dict[str, str] | None) -> str | None:
+    """Why scenario `name` may not be removed: MLflow aliases other than `serving` on its
+    registered model `model` pin versions someone relies on (or None)."""
+    from elasticctr import mlflowreg
+
+    pinned = mlflowreg.pins(aliases)
+    if not pinned:
+        return None
+    which = ", ".join(f"{a!r} -> version {v}" for a, v in sorted(pinned.items()))
+    return (
+        f"scenario {name}: MLflow registered model {model} has pinned versions ({which}); "
+        f"delete the alias(es) in MLflow first, or pass --force"
+    )
+
+
 @scenario_app.command("remove")
 def remove(
     name: str = typer.Argument(..., help="Scenario to remove."),
+    purge: bool = typer.Option(
+        False,
+        "--purge",
+        help="Also delete its store prefix (every version) and its MLflow registered model "
+        "and experiment; works on a scenario already removed, for what it left behind.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Remove even when an MLflow alias other than `serving` pins one of its versions.",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     namespace: str | None = NAMESPACE_OPTION,
     platform: str = PLATFORM_OPTION,
+    store: str | None = STORE_OPTION,
+    mlflow: str | None = MLFLOW_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     context: str | None = CONTEXT_OPTION,
     helm: str | None = HELM_OPTION,
 ) -> None:
     """Uninstall a scenario: its job stops, its registration goes, the platform drops its
-    cube tables and serving forgets it (its model versions stay in the store)."""
+    cube tables and serving forgets it. Its model versions stay in the store and MLflow
+    unless --purge.
+
+    Every check and read happens before anything is deleted: a pinned version, an
+    unreadable store or MLflow refuses the whole command.
+    """
+    from elasticctr import mlflowreg, modelstore
+
     scenarios.check_name(name, field_name="scenario")
+    if name in (scenarios.DEFAULT, platform):
+        raise EctlError(
+            f"scenario {name}: that is the platform's own (default) scenario, not one to remove",
+            hint=f"`ectl uninstall -R {platform}` removes the platform",
+        )
     target = Target(name, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
-    if name not in _registered(target, platform, ns):
+    registered = name in _registered(target, platform, ns)
+    if not registered and not purge:
         raise EctlError(
             f"no scenario {name} on platform {platform} in namespace {ns}",
-            hint=f"ectl scenario list --platform {platform}",
+            hint=f"ectl scenario list --platform {platform}; `--purge` deletes what a removed "
+            f"scenario left in the store and MLflow",
         )
     if not (yes or sys.stdin.isatty()):
         raise EctlError(f"not removing scenario {name} without confirmation", hint="pass --yes")
-    if not yes and not typer.confirm(f"Remove scenario {name} from platform {platform}?"):
-        raise typer.Abort()
-    client = common.helm_client(target)
-    try:
-        common.run(client.uninstall_release(name, namespace=ns, wait=False))
-    except Exception as exc:
-        raise common.helm_error(exc, f"remove {name} failed") from exc
+    pv = _platform_values(target, platform, ns)
+    model = scenarios.registered_model_name(name)
+    experiment = scenarios.experiment_name(name)
+    result: dict[str, Any] = {"scenario": name, "removed": False, "pinned": {}}
+    with contextlib.ExitStack() as stack:
+        # Reads first: what is pinned, what a purge would delete.
+        uri = None
+        if purge or not force:
+            uri = stack.enter_context(platform_mlflow(target, platform, pv, ns, mlflow))
+        aliases = (
+            _mlflow_call("read the registered model", mlflowreg.registered_aliases, uri, model)
+            if uri
+            else None
+        )
+        result["pinned"] = mlflowreg.pins(aliases)
+        problem = pin_problem(name, model, aliases)
+        if problem and not force:
+            raise EctlError(problem)
+        plan = [f"uninstall release {name}"] if registered else []
+        sc_store = versions_found = None
+        if purge:
+            root = stack.enter_context(platform_store(target, platform, pv, ns, store))
+            sc_store = scenario_store(root, name)
+            versions_found = sc_store.list_versions()  # proves the prefix is readable
+            where = modelstore.redact_url(sc_store.url)
+            plan.append(f"delete {where} ({len(versions_found)} version(s))")
+            if uri:
+                plan.append(f"delete MLflow registered model {model} and experiment {experiment}")
+        if not yes and not typer.confirm(
+            f"Remove scenario {name} from platform {platform}: " + "; ".join(plan) + "?"
+        ):
+            raise typer.Abort()
+        # Then deletions, the release first: a failure stops before anything later.
+        if registered:
+            client = common.helm_client(target)
+            try:
+                common.run(client.uninstall_release(name, namespace=ns, wait=False))
+            except Exception as exc:
+                raise common.helm_error(exc, f"remove {name} failed") from exc
+            result["removed"] = True
+        if purge:
+            done = "uninstalled; " if registered else ""
+            again = f"run `ectl scenario remove {name} --purge` again to finish"
+            try:
+                deleted = sc_store.delete_all()
+            except EctlError as exc:
+                raise EctlError(f"scenario {name}: {done}deleting its store failed: {exc}",
+                                hint=again) from exc  # fmt: skip
+            result["store"] = {
+                "url": modelstore.redact_url(sc_store.url),
+                "deleted": deleted,
+                "versions": len(versions_found),
+            }
+            if uri:
+                try:
+                    result["registered_model"] = (
+                        model
+                        if _mlflow_call("delete", mlflowreg.delete_registered_model, uri, model)
+                        else None
+                    )
+                    result["experiment"] = _mlflow_call(
+                        "delete", mlflowreg.delete_experiment, uri, experiment
+                    )
+                except EctlError as exc:
+                    raise EctlError(
+                        f"scenario {name}: {done}store deleted; MLflow failed: {exc}", hint=again
+                    ) from exc
     if output is OutputFormat.json:
-        print(json.dumps({"scenario": name, "removed": True}))
-    else:
+        common.print_json(result)
+        return
+    if registered:
         console.print(f"[green]removed[/green] scenario {name} from platform {platform}")
+    if result["pinned"]:
+        console.print(f"[yellow]it had pinned versions[/yellow] {result['pinned']} (--force)")
+    if purge:
+        st = result["store"]
+        console.print(
+            f"[green]purged[/green] {st['url']} ({st['versions']} version(s))"
+            + (f", MLflow registered model {result['registered_model']}"
+               if result.get("registered_model") else "")
+            + (f", experiment {experiment} (renamed {result['experiment']}, deleted)"
+               if result.get("experiment") else "")
+        )  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

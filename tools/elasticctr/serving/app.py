@@ -695,6 +695,7 @@ class ServingApp:
                 "slots": list(sv.info.slots),
                 "embedding_dim": sv.info.dim,
                 "sparse_dim": sv.info.sparse_dim,
+                "heldout_auc": sv.info.heldout_auc,
                 "embeddings": sv.embeddings.kind,
                 "loaded_at": sv.loaded_at,
             },
@@ -707,6 +708,7 @@ class ServingApp:
             out[name] = {
                 "version": sv.version if sv else None,
                 "model": sv.info.model if sv else None,
+                "heldout_auc": sv.info.heldout_auc if sv else None,
                 "loaded_at": sv.loaded_at if sv else None,
                 "error": mgr.last_error,
             }

@@ -33,6 +33,8 @@ class VersionInfo:
     dim: int
     sparse_dim: int | None
     model: str
+    heldout_auc: float | None = None
+    """The version's AUC on the held-out samples of its hour (manifest metrics.auc)."""
 
     @staticmethod
     def from_manifest(manifest: dict[str, Any], version: str | None = None) -> VersionInfo:
@@ -47,12 +49,14 @@ class VersionInfo:
         if sparse_dim is not None and (not isinstance(sparse_dim, int) or sparse_dim < 1):
             raise EctlError(f"{where}: manifest sparse_dim must be a positive integer or null")
         model = manifest.get("model")
+        auc = (manifest.get("metrics") or {}).get("auc")
         return VersionInfo(
             version=str(version or manifest.get("version", "")),
             slots=tuple(slots),
             dim=dim,
             sparse_dim=sparse_dim,
             model=str(model.get("name", "")) if isinstance(model, dict) else str(model or ""),
+            heldout_auc=float(auc) if isinstance(auc, int | float) and auc == auc else None,
         )
 
 

@@ -31,7 +31,7 @@ from elasticctr import constants as C
 from elasticctr import modelstore, versions
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
-from elasticctr.train import export, metrics, native
+from elasticctr.train import export, metrics, native, shape
 from elasticctr.train.config import TrainConfig
 from elasticctr.train.models import ModelSpec, dense_logit
 
@@ -762,10 +762,7 @@ def _export_partition(
     # Keys are the feasigns as trained: already reduced modulo SPARSE_DIM by the parser.
     local = dump_dir / "version"
     meta = {
-        "model": {"name": cfg.model.name, "params": cfg.model.params},
-        "slots": list(cfg.slots),
-        "first_order": cfg.model.first_order,
-        "sparse_dim": cfg.sparse_dim,
+        **shape.version_facts(cfg),
         "dense": dense_meta,
         "metrics": {k: v for k, v in train.items()},
     }
