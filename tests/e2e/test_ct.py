@@ -23,7 +23,7 @@ chart revision a deployed release is upgraded from (or ELASTICCTR_CT_PREVIOUS): 
 then upgrades that revision's releases to the current chart with every set. The chart's
 version has been 0.1.0 from the start (ct's semver check never skips the upgrade), so there
 is no older published version to start from: the pinned revision is the newest chart change
-(fed689d) that installed with every set; move it forward when a chart version is released
+(cf6b50e) that installed with every set; move it forward when a chart version is released
 and when a values key moves (docs/chart.md, "Values changes between revisions").
 While the current chart equals that revision, round 1 upgrades each set's release to an
 identical chart (no-op `helm upgrade`: generated Secrets kept through `lookup`, no immutable
@@ -64,7 +64,7 @@ SETS = sorted(p.name for p in (REPO / CHART / "ci").glob("*-values.yaml"))
 # Each helm install/upgrade/test/uninstall: a release not ready by then fails the round.
 HELM_TIMEOUT = "300s"
 # The chart revision ct upgrades from in round 1 (see the module docstring).
-PREVIOUS_CHART_REVISION = "fed689d5d2194d0b3cb23c8bccdf174c91bc2840"
+PREVIOUS_CHART_REVISION = "cf6b50ec6c9ca892885f47888af87acabfc1a579"
 SMALL_NODE = Path(__file__).with_name("ct-small-node-values.yaml")
 HDFS_USER = "ct"  # the external-stores set's HDFS user (its hdfs-ugi Secret)
 
