@@ -1,4 +1,4 @@
-"""Native-path training throughput by data source: local file, fileserver (http), HDFS.
+"""Native-path training throughput by data source: local file, fileserver (http), HDFS, S3.
 
 Same generated hour (`ectl data generate`, default 26 slots), same model (the default
 `dnn`, batch 512), same threads (`trainer.threads`, default 2), same task size (the local
@@ -9,9 +9,12 @@ train --local` runs), read from:
 - fileserver: `ectl fileserver` serving the same folder, reads protected by its token
   (`--protect-reads`, as a release's data store), ranges streamed to the readers;
 - hdfs: the test MiniDFSCluster (scripts/hdfs, `make tools`), the files copied to it,
-  read as HDFS_UGI's user, ranges streamed to the readers.
+  read as HDFS_UGI's user, ranges streamed to the readers;
+- s3: the test SeaweedFS S3 gateway (tests/s3_fixture.py, `make tools`), the files put in
+  its bucket, read through s3fs with the S3_* environment (path-style, signed), ranges
+  streamed to the readers.
 
-Rounds are interleaved (local, fileserver, hdfs; the order rotates every round) and
+Rounds are interleaved (local, fileserver, hdfs, s3; the order rotates every round) and
 repeated (`--rounds`, default 3); the table gives the median and the spread (min-max).
 
 What one round measures: the job starts with the hour's donefile missing, so every role
@@ -24,7 +27,7 @@ its listing of the store is not measured) until it reports every task of the hou
   exited and reaped children such as the readers count) of every live process of each
   role's process tree, read at both ends of the window (not sampled): trainer (with its
   readers and the store client's threads), pserver, coordinator, and the store server
-  (fileserver / HDFS JVM) reported separately;
+  (fileserver / HDFS JVM / weed) reported separately;
 - samples per CPU-second: samples / CPU of trainer + pserver + coordinator (the job);
   the store server's CPU is shown beside it, and once more included.
 
@@ -54,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.fileserver_fixture import running_fileserver  # noqa: E402
 from tests.hdfs_fixture import MiniHdfs  # noqa: E402
+from tests.s3_fixture import TEST_BUCKET, SeaweedS3, s3_env  # noqa: E402
 
 from elasticctr import constants as C  # noqa: E402
 from elasticctr.data import storage  # noqa: E402
@@ -186,7 +190,7 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=26)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--sources", default="local,fileserver,hdfs")
+    ap.add_argument("--sources", default="local,fileserver,hdfs,s3")
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args()
     SLOTS = list(range(args.slots))
@@ -247,6 +251,27 @@ def main() -> None:
 
             sources.append({"name": "hdfs", "url": storage.join(base, "data"), "ugi": UGI,
                             "pid": hdfs._proc.pid, "ready": hdfs_ready})  # fmt: skip
+        if "s3" in wanted:
+            s3 = SeaweedS3(work / "seaweed")
+            s3.start()
+            stack.callback(s3.stop)
+            # every role of every round reads the S3_* variables from the environment
+            stack.enter_context(s3_env(s3))
+            s3_base = f"s3://{TEST_BUCKET}/bench"
+            for p in parts:
+                storage.put_file(p, storage.join(s3_base, "data", HOUR, p.name))
+            s3_done = storage.join(s3_base, "data", HOUR, C.DONEFILE)
+
+            def s3_ready(on: bool, done_url=s3_done) -> None:
+                fs, path = storage.url_to_fs(done_url)
+                if on:
+                    storage.write_bytes(done_url, b"")
+                    return
+                fs.invalidate_cache()  # s3fs lists from a cache; the object is there
+                fs.rm(path)
+
+            sources.append({"name": "s3", "url": storage.join(s3_base, "data"), "ugi": "",
+                            "pid": s3.pid, "ready": s3_ready})  # fmt: skip
         results = []
         for k in range(args.rounds):
             order = sources[k % len(sources) :] + sources[: k % len(sources)]
