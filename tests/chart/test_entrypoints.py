@@ -173,6 +173,10 @@ def _check(argv: list[str], where: str, complete: bool = True) -> None:
 def test_chart_command_lines_parse(helm, values_file):
     problems = []
     for where, argv in rendered_command_lines(helm, values_file):
+        if where.endswith("/volume-permissions"):
+            # global.volumePermissions' init step: a shell script, not an entry point
+            assert argv[:2] == ["/bin/sh", "-c"], f"{where}: {argv}"
+            continue
         if argv[:1] != ["ectl"]:
             assert "mlflow" in where and argv[:2] == ["mlflow", "server"], f"{where}: {argv}"
             continue  # the elasticctr-mlflow image runs `mlflow server`
