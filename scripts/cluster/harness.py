@@ -1233,6 +1233,24 @@ state = "{c / "state"}"
         ]
 
     # --- diagnostics -------------------------------------------------------------------
+    @staticmethod
+    def _container_logs(core, ns: str, pod: str, cs, lines: int) -> list[str]:
+        """The log tail of a container that is not ready or restarted: the current run's
+        and, after a restart, the previous run's (why liveness or the process ended it)."""
+        out = []
+        for previous in (False, True) if cs.restart_count else (False,):
+            try:
+                text = core.read_namespaced_pod_log(
+                    pod, ns, container=cs.name, tail_lines=lines, previous=previous,
+                    _request_timeout=10,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a missing log must not hide the rest
+                text = f"(no log: {exc})"
+            which = "previous run" if previous else "log"
+            out.append(f"  --- {cs.name} {which} tail:")
+            out.extend(f"    {ln}" for ln in (text or "").splitlines()[-lines:])
+        return out
+
     def diagnostics(self, namespace: str | None = None, lines: int = 20) -> str:
         """Node conditions, pods not Running/Succeeded with their events, component log tails."""
         from kubernetes import client
@@ -1258,6 +1276,8 @@ state = "{c / "state"}"
                             f"  container {cs.name}: ready={cs.ready} "
                             f"restarts={cs.restart_count} state={cs.state.to_dict()}"
                         )
+                        if not cs.ready or cs.restart_count:
+                            out.extend(self._container_logs(core, ns, name, cs, lines))
                     events = core.list_namespaced_event(
                         ns, field_selector=f"involvedObject.name={name}", _request_timeout=10
                     )
