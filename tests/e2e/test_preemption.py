@@ -347,8 +347,17 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
             ns,
         )
 
+        seen: dict = {}
+
         def progress() -> dict:
-            return releases.status(h, RELEASE, ns).get("coordinator") or {}
+            """The running coordinator's progress (the last one with counts kept in `seen`:
+            once the bounded job has ended, its pod gone, `ectl status` has no fileserver
+            on S3 to read the stored progress from)."""
+            doc = releases.status(h, RELEASE, ns).get("coordinator") or {}
+            if "samples" in doc:
+                seen.clear()
+                seen.update(doc)
+            return doc
 
         def exported_all(hours) -> bool:
             parts = {p["partition"]: p for p in progress().get("partitions", [])}
@@ -424,6 +433,7 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
             out["train_s"] = round(time.monotonic() - t_run, 1)
         out["utilisation"] = round(util.mean(), 3)
         final = progress()
+        final = final if "samples" in final else seen
         out["samples"] = final["samples"]
         out["tasks_retried"] = final.get("tasks_retried")
         job = volcano_job(h, ns)
