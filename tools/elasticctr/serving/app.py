@@ -26,7 +26,7 @@ import asyncio
 import functools
 import json
 import logging
-import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -397,12 +397,18 @@ class VersionManager:
         if self.cfg.mlflow_model_name:
             name = scenarios.registered_model_name(self.scenario, self.cfg.mlflow_model_name)
             args += ["--register", name]
+        # Low priority through nice(1), not preexec_fn: a preexec_fn runs the at-fork hooks
+        # in the child, and fsspec's hook drops its cached filesystems there; dropping an
+        # HDFS client (hdfs-native's runtime, whose threads the child does not have) hangs
+        # the child before exec, and the event loop with it (seen on an hdfs:// store).
+        nice = shutil.which("nice")
+        if nice:
+            args = [nice, "-n", "10", *args]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *args,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                preexec_fn=lambda: os.nice(10),
             )
             out, _ = await proc.communicate()
         except OSError as exc:
