@@ -124,10 +124,10 @@ def expected_samples(
     return total
 
 
-def status(kube_cluster, release: str, namespace: str) -> dict:
+def status(kube_cluster, release: str, namespace: str, env: dict | None = None) -> dict:
     proc = run_ectl(
         kube_cluster, namespace, "status", "-R", release, "-n", namespace, "-o", "json",
-        timeout=120,
+        timeout=120, env=env,
     )  # fmt: skip
     return json.loads(proc.stdout)
 

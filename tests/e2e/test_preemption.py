@@ -347,17 +347,12 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
             ns,
         )
 
-        seen: dict = {}
-
         def progress() -> dict:
-            """The running coordinator's progress (the last one with counts kept in `seen`:
-            once the bounded job has ended, its pod gone, `ectl status` has no fileserver
-            on S3 to read the stored progress from)."""
-            doc = releases.status(h, RELEASE, ns).get("coordinator") or {}
-            if "samples" in doc:
-                seen.clear()
-                seen.update(doc)
-            return doc
+            """The coordinator's progress: live while its pod runs; once the bounded job
+            has ended, what `ectl status` reads from the S3 store itself (a training-only
+            release: no fileserver or cube-transfer to ask), with the shell's S3
+            credentials as users run it."""
+            return releases.status(h, RELEASE, ns, env=s3.env).get("coordinator") or {}
 
         def exported_all(hours) -> bool:
             parts = {p["partition"]: p for p in progress().get("partitions", [])}
@@ -433,7 +428,7 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
             out["train_s"] = round(time.monotonic() - t_run, 1)
         out["utilisation"] = round(util.mean(), 3)
         final = progress()
-        final = final if "samples" in final else seen
+        assert "samples" in final, f"no progress from ectl status: {final}"
         out["samples"] = final["samples"]
         out["tasks_retried"] = final.get("tasks_retried")
         job = volcano_job(h, ns)

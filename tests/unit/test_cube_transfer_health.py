@@ -157,3 +157,85 @@ def test_status_reads_the_store_through_cube_transfer_and_else_the_fileserver():
     # Neither: said so, in the same two places.
     model = _model(_Core(), "ml", [], {})
     assert "unavailable" in model["store"] and "unavailable" in model["newestVersion"]
+
+
+def _stored_coordinator_state(store) -> str:
+    """A coordinator's durable record after one hour trained and exported, written where
+    the coordinator of a job keeps it (`<modelStore>/progress/coordinator.json`)."""
+    from elasticctr.coordinator.core import Coordinator, PartitionSpec
+    from elasticctr.coordinator.runtime import STATE_FILE as PROGRESS_FILE
+
+    coord = Coordinator(lease_seconds=60, task_bytes=1 << 20, window=2, checkpoint_every=1)
+    coord.add_partition(PartitionSpec("20200401/00", (("file:///x/part-0", 150),)))
+    coord.close_input()
+    while (got := coord.lease("0"))["kind"] != "finished":
+        if got["kind"] == "task":
+            coord.complete(got["lease"], "0", 7)
+        elif got["kind"] == "export":
+            coord.exported(got["partition"], "0", got["partition"], checkpoint=False)
+    path = store / PROGRESS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(coord.snapshot())
+    return str(path)
+
+
+def test_stored_progress_is_served_from_any_store_the_transfer_reads(tmp_path):
+    """GET /v1/progress: what a finished job trained, read from the model store by
+    cube-transfer (so `ectl status` has it on HDFS and S3, not only on the fileserver);
+    404 before any job ran, 502 with the reason for a corrupt record."""
+    import httpx
+
+    from elasticctr.cube.transfer_server import TransferStatusServer
+
+    store = tmp_path / "store"
+    store.mkdir()
+    t = Transfer(cube_root=tmp_path / "cube", shard_urls=["http://127.0.0.1:9"], store=str(store))
+    server = TransferStatusServer(("127.0.0.1", 0), t).start()
+    try:
+        missing = httpx.get(f"{server.url}/v1/progress", timeout=10)
+        assert missing.status_code == 404 and "no stored training progress" in missing.text
+        path = _stored_coordinator_state(store)
+        got = httpx.get(f"{server.url}/v1/progress", timeout=10)
+        assert got.status_code == 200, got.text
+        doc = got.json()
+        assert doc["stored"] and doc["samples"] == 7 and doc["input_closed"]
+        assert [(p["partition"], p["exported"]) for p in doc["partitions"]] == [
+            ("20200401/00", True)
+        ]
+        assert httpx.get(f"{server.url}/v1/progress?scenario=default", timeout=10).json() == doc
+        other = httpx.get(f"{server.url}/v1/progress?scenario=ads", timeout=10)
+        assert other.status_code == 404 and "one table" in other.text
+        with open(path, "w") as fh:
+            fh.write('{"done": ')  # a record cut short: an error with the reason
+        bad = httpx.get(f"{server.url}/v1/progress", timeout=10)
+        assert bad.status_code == 502 and "not valid JSON" in bad.text
+    finally:
+        server.stop()
+        t.close()
+
+
+def test_status_of_a_training_only_release_reads_the_stored_progress_itself(tmp_path):
+    """No coordinator, cube-transfer or fileserver running (a bounded training-only job
+    that ended): `ectl status` reads the record from the release's global.modelStore."""
+    from elasticctr.cli.status import _stored_progress
+
+    store = tmp_path / "models"
+    values = {"global": {"modelStore": str(store)}}
+    none_yet = _stored_progress(_Core(), "ml", [], None, values)
+    assert none_yet == {"unavailable": "no running coordinator pod, and no stored progress"}
+    path = _stored_coordinator_state(store)
+    got = _stored_progress(_Core(), "ml", [], None, values)
+    assert got["stored"] and got["samples"] == 7 and got["partitions"][0]["exported"]
+    with open(path, "w") as fh:
+        fh.write("[]")
+    assert (
+        "stored coordinator progress"
+        in _stored_progress(_Core(), "ml", [], None, values)["unavailable"]
+    )
+    assert _stored_progress(_Core(), "ml", [], None, {"global": {}}) == {
+        "unavailable": "no running coordinator pod"
+    }
+    helm_down = {"unavailable": "helm: cannot reach the cluster"}
+    assert (
+        "helm: cannot reach" in _stored_progress(_Core(), "ml", [], None, helm_down)["unavailable"]
+    )

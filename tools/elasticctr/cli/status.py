@@ -33,6 +33,7 @@ from elasticctr.cli._common import (
 )
 from elasticctr.constants import DONEFILE
 from elasticctr.errors import EctlError
+from elasticctr.httpd import error_message
 from elasticctr.versions import VERSIONS_DIR, is_version_id
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -51,6 +52,8 @@ FILESERVER_VERSIONS_PATH = f"models/{VERSIONS_DIR}/"
 CUBE_STATUS_PATH = "v1/status"
 TRANSFER_STATUS_PATH = "v1/status"
 """cube-transfer's status (elasticctr.cube.transfer_server): the model store as it reads it."""
+TRANSFER_PROGRESS_PATH = "v1/progress"
+"""cube-transfer's read of the coordinator's stored progress (any store it reads)."""
 SERVING_READY_PATH = "readyz"
 
 
@@ -156,21 +159,73 @@ def _newest_version(core, namespace: str, service) -> str | None:
     return newest_version(get)
 
 
-def _stored_progress(core, namespace: str, service) -> dict:
+def _stored_progress(core, namespace: str, pods, fileserver, values: Any) -> dict:
     """No running coordinator (the job completed, or is restarting): its durable record in
-    the release's fileserver store says what was trained and exported."""
+    the model store says what was trained and exported. Read by the release's
+    cube-transfer (GET /v1/progress: any store it reads, HDFS and S3 included), else
+    through the release's fileserver (the embedded store), else (a training-only release)
+    from this machine, as the other verbs reach a store (`_progress_from_store`)."""
+    from kubernetes.client.exceptions import ApiException
+
     from elasticctr.coordinator.core import progress_from_state
     from elasticctr.coordinator.runtime import STATE_FILE
 
-    if service is None:
-        return {"unavailable": "no running coordinator pod"}
-    state = _try("fileserver", _proxy_get, core, namespace, service, f"models/{STATE_FILE}")
+    transfers = [
+        p for p in pods if _pod_component(p) == "cube-transfer" and p.status.phase == "Running"
+    ]
+    if transfers:
+        try:
+            doc = _pod_proxy_get(core, namespace, transfers[0], TRANSFER_PROGRESS_PATH)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {"unavailable": "no running coordinator pod, and no stored progress"}
+            body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
+            detail = error_message(body) if body else exc.reason
+            return {"unavailable": f"stored coordinator progress: {detail}"}
+        except Exception as exc:
+            return {"unavailable": common.kube_error(exc, "cube-transfer").message}
+        if not isinstance(doc, dict) or "partitions" not in doc:
+            return {"unavailable": f"cube-transfer: unexpected progress {str(doc)[:200]!r}"}
+        return doc
+    if fileserver is None:
+        return _progress_from_store(values)
+    state = _try("fileserver", _proxy_get, core, namespace, fileserver, f"models/{STATE_FILE}")
     if not isinstance(state, dict) or "unavailable" in state:
         return {"unavailable": "no running coordinator pod, and no stored progress"}
     try:
         return progress_from_state(json.dumps(state))
     except EctlError as exc:
         return {"unavailable": f"stored coordinator progress: {exc.message}"}
+
+
+def _progress_from_store(values: Any) -> dict:
+    """The stored progress read from this machine: the release's global.modelStore (its
+    global.s3 endpoint and global.data.hdfsAddress; credentials from this shell, as for
+    `ectl data` and `ectl scenario`)."""
+    from elasticctr import modelstore
+    from elasticctr.coordinator.core import progress_from_state
+    from elasticctr.coordinator.runtime import STATE_FILE
+    from elasticctr.data import storage
+
+    if not isinstance(values, dict) or "unavailable" in values:
+        why = values.get("unavailable") if isinstance(values, dict) else values
+        return {"unavailable": f"no running coordinator pod; release values: {why}"}
+    g = values.get("global") or {}
+    if not g.get("modelStore"):
+        return {"unavailable": "no running coordinator pod"}
+    try:
+        storage.apply_s3_values(values)
+        store = modelstore.open_store(
+            g["modelStore"], hdfs_address=(g.get("data") or {}).get("hdfsAddress") or None
+        )
+        url = store.url_of(STATE_FILE)
+        if not storage.exists(url, store.hdfs_ugi):
+            return {"unavailable": "no running coordinator pod, and no stored progress"}
+        return progress_from_state(storage.read_text(url, store.hdfs_ugi))
+    except EctlError as exc:
+        return {"unavailable": f"stored coordinator progress: {exc.message}"}
+    except Exception as exc:  # noqa: BLE001 - a store's client raises many types
+        return {"unavailable": f"stored coordinator progress: {type(exc).__name__}: {exc}"}
 
 
 def store_from_transfer(doc: Any) -> dict[str, Any]:
@@ -263,6 +318,13 @@ def _try(what: str, fn, *args) -> Any:
         return {"unavailable": common.kube_error(exc, what).message}
 
 
+def _release_values(revision) -> dict:
+    try:
+        return common.run(revision.values(computed=True))
+    except Exception as exc:
+        raise common.helm_error(exc, "cannot read the release's values") from exc
+
+
 def collect_status(target: Target) -> dict[str, Any]:
     """Everything `ectl status` shows, as one JSON-able dict."""
     common.require_kube_extra("pyhelm3")
@@ -320,7 +382,8 @@ def collect_status(target: Target) -> dict[str, Any]:
             _try("coordinator", _pod_proxy_get, core, namespace, coordinators[0],
                  COORDINATOR_PROGRESS_PATH)
             if coordinators
-            else _stored_progress(core, namespace, by_component.get("fileserver"))
+            else _stored_progress(core, namespace, pods, by_component.get("fileserver"),
+                                  _try("helm", _release_values, revision))
         )  # fmt: skip
         status["model"] = _model(core, namespace, pods, by_component)
         status["serving"] = _serving(api, namespace, selector)

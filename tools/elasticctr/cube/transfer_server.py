@@ -5,10 +5,16 @@
                   succeeded; 503 {"ready": false, "detail": "<store url>: <error>"} before
                   the first successful read and whenever the latest one failed
   GET /v1/status  200, the watcher's `status_doc()` (docs/cube.md "cube-transfer status")
+  GET /v1/progress[?scenario=NAME]
+                  200, the training progress the coordinator stored in the model store
+                  (`progress/coordinator.json`); 404 when there is none yet or the
+                  scenario is not registered; 502 when the store cannot be read or the
+                  record is corrupt
 
-Read-only and answered from memory (plus the small transfer.json): a probe never waits
-for the store or the shards. Served by the threaded front end of elasticctr.httpd (the
-coordinator's), on CUBE_TRANSFER_PORT by default.
+Read-only. The probes are answered from memory (plus the small transfer.json) and never
+wait for the store or the shards; /v1/progress reads the store on request. Served by the
+threaded front end of elasticctr.httpd (the coordinator's), on CUBE_TRANSFER_PORT by
+default.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import logging
 import socket
 import threading
 from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
 
+from elasticctr import scenarios
 from elasticctr.errors import EctlError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
 
@@ -28,6 +36,8 @@ class Watched(Protocol):
     def readiness(self) -> tuple[bool, str | None]: ...
 
     def status_doc(self) -> dict[str, Any]: ...
+
+    def stored_progress(self, *args: str) -> dict[str, Any] | None: ...
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -86,4 +96,31 @@ class _Handler(HardenedHandler):
             )
         if path == "/v1/status":
             return self.send_json(200, self.server.watched.status_doc())
+        if path == "/v1/progress":
+            return self._progress()
         self.send_json_error(404, "not_found", f"no such endpoint {path}")
+
+    def _progress(self) -> None:
+        query = parse_qs(urlsplit(self.path).query)
+        scenario = query.get("scenario", [None])[-1]
+        watched = self.server.watched
+        try:
+            if scenario is None:
+                progress = watched.stored_progress()
+            elif not hasattr(watched, "transfers"):  # a single-table watcher
+                if scenario != scenarios.DEFAULT:
+                    return self.send_json_error(
+                        404, "not_found", f"scenario {scenario!r}: this watcher has one table"
+                    )
+                progress = watched.stored_progress()
+            elif scenario not in watched.transfers:
+                return self.send_json_error(
+                    404, "not_found", f"scenario {scenario!r} is not registered"
+                )
+            else:
+                progress = watched.stored_progress(scenario)
+        except EctlError as exc:
+            return self.send_json_error(502, "store_unreadable", exc.message)
+        if progress is None:
+            return self.send_json_error(404, "not_found", "no stored training progress yet")
+        return self.send_json(200, progress)
