@@ -40,6 +40,7 @@ ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 PARTITION = "20200401/00"
 SECOND = "20200401/01"  # only the pserver test trains two hours (a checkpoint in between)
 LINES = 200_000
+BOTH = ("trainer-0", "trainer-1")
 MODEL = {"name": "lr", "batchSize": 512}
 AUC_TOLERANCE = 0.01
 TOKEN = "elastic-store-token"  # the fileserver's; it protects reads too, as in a release
@@ -333,24 +334,34 @@ def _output_left(readers: dict[int, list[str]]) -> int:
     return left
 
 
-def _freeze_mid_range(job, name: str, min_left: int = 256 << 10) -> list[str]:
-    """Stop trainer `name` (SIGSTOP, its readers too) while one of its native readers has
-    more than `min_left` bytes of its range still to write (so it is mid-range and has
-    more writes ahead); return the trainer's leased task ids."""
-    trainer = name.removeprefix("trainer-")
-    # By the clock, not a number of tries: on a loaded machine a trainer may still be
-    # importing Paddle when the other one finished its first task.
-    deadline = time.monotonic() + 180
+def _freeze_mid_range(
+    job, names: tuple[str, ...] = ("trainer-1",), min_left: int = 256 << 10
+) -> tuple[str, list[str]]:
+    """Stop a trainer of `names` (SIGSTOP, its readers too) while one of its native readers
+    has more than `min_left` bytes of its range still to write (so it is mid-range and has
+    more writes ahead); return (that trainer, its leased task ids). Any of several
+    trainers: on a loaded machine one may still be importing Paddle while the other
+    trains the whole hour."""
+    # By the clock, not a number of tries, and until the hour is trained.
+    deadline = time.monotonic() + 240
+    checked = 0.0
     while time.monotonic() < deadline:
-        if _readers(job.sup.pid(name)):
+        for name in names:
+            if not _readers(job.sup.pid(name)):
+                continue
             job.sup.kill(name, signal.SIGSTOP)
             time.sleep(0.1)
+            trainer = name.removeprefix("trainer-")
             held = job.client().progress()["trainers"].get(trainer, {}).get("leased", [])
             if held and _output_left(_readers(job.sup.pid(name))) > min_left:
-                return held
+                return name, held
             job.sup.kill(name, signal.SIGCONT)
+        if time.monotonic() - checked > 2:
+            checked = time.monotonic()
+            if (progress := job.client().progress())["finished"]:
+                raise AssertionError(f"{names} never caught mid-range: the hour ended {progress}")
         time.sleep(0.02)
-    raise AssertionError(f"{name}'s native readers never caught mid-range in 180 s")
+    raise AssertionError(f"{names}'s native readers never caught mid-range in 240 s")
 
 
 @pytest.mark.parametrize("where", ["local", "fileserver"])
@@ -366,7 +377,7 @@ def test_a_lease_lost_mid_range_stops_the_native_readers(
 
     def act(job):
         _wait_for(lambda: _done_count(job) >= 2, 90, "first tasks")
-        held = _freeze_mid_range(job, "trainer-1")
+        _, held = _freeze_mid_range(job)
         (lost,) = held
 
         def released():
@@ -476,27 +487,26 @@ def test_a_stored_file_truncated_while_read_fails_its_task_and_it_is_retried(
     files = sorted((copy / PARTITION).glob("part-*"))
 
     def act(job):
-        _wait_for(lambda: _done_count(job) >= 1, 120, "a first task")
-        (lost,) = _freeze_mid_range(job, "trainer-1", min_left=2 << 20)
+        frozen, (lost,) = _freeze_mid_range(job, BOTH, min_left=2 << 20)
         try:
             _, start, _end = _leased_range(job, lost)
             victim = files[int(lost.split("#")[1].split(".")[0])]
             whole = victim.read_bytes()
             os.truncate(victim, start)  # this task's bytes and all after them are gone
         finally:
-            job.sup.kill("trainer-1", signal.SIGCONT)
+            job.sup.kill(frozen, signal.SIGCONT)
         _wait_for(lambda: "given back" in _trainer_logs(job), 60, "the task given back")
         tmp = victim.with_name(".restore")
         tmp.write_bytes(whole)
         tmp.replace(victim)  # whole again (atomically: no reader sees a partial file)
-        return {"held": [lost]}
+        return {"held": [lost], "frozen": frozen}
 
     job, progress, manifest, info = _run(
         dataset, "truncated-fileserver", act, task_mb=8.0, source=(f"{served}/data-truncated", "")
     )
     (lost,) = info["held"]
     done = _done_log(job)
-    log = (job.log_dir / "trainer-1.log").read_text()
+    log = (job.log_dir / f"{info['frozen']}.log").read_text()
     assert f"task {lost} (attempt 1): reading" in log, log[-3000:]
     assert "the file ends at or before byte" in log and "task given back" in log
     assert done[lost]["attempts"] >= 2, done[lost]
@@ -519,11 +529,10 @@ def test_a_fileserver_gone_mid_task_is_waited_for(dataset, monkeypatch) -> None:
         server = [stack.enter_context(running_fileserver(root, port, TOKEN))]
 
         def act(job):
-            _wait_for(lambda: _done_count(job) >= 1, 120, "a first task")
-            _freeze_mid_range(job, "trainer-1", min_left=2 << 20)
+            frozen, _ = _freeze_mid_range(job, BOTH, min_left=2 << 20)
             server[0].kill()
             server[0].wait()
-            job.sup.kill("trainer-1", signal.SIGCONT)
+            job.sup.kill(frozen, signal.SIGCONT)
             _wait_for(lambda: "; retrying" in _trainer_logs(job), 60, "a failed read")
             time.sleep(3)
             server[0] = stack.enter_context(running_fileserver(root, port, TOKEN))
