@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.conftest import require_tool
 
 from elasticctr.cli._common import Target, helm_client
@@ -226,3 +227,60 @@ def test_template_set_overrides_the_files(ectl_here):
     assert proc.returncode == 0, proc.stderr
     cube = next(d for d in json.loads(proc.stdout) if d["kind"] == "StatefulSet")
     assert cube["spec"]["replicas"] == 3
+
+
+# --- ectl's --set parser against helm's ------------------------------------------------------
+
+DUMP_TEMPLATE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: values}
+data:
+  values: {{ toJson .Values | quote }}
+"""
+FILE_VALUES = "lst: [p, q, r]\nm: {k: 1}\n"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--set", "cube.shards=4,serving.replicas=3"],
+        ["--set", r"a=one\,two,b=x\=y,c=p=q", "--set", r"d\.e=1"],
+        ["--set", "a.b[0]=v,c[1].d=v,n[1][1]=1,l={x,3,true},e={}"],
+        ["--set", "lst[1]=Q,m.j=2,m.k=null"],
+        ["--set", "i=0,j=007,k=1.5,l=-5,m2=+5,n=99999999999999999999,o=1e3,p=TRUE,q=Null"],
+        ["--set", "a=,b.c=,d=1,"],
+        ["--set-string", "a=1,b=true,c={1,null}", "--set", "a=2"],
+        ["--set-json", 'a=0.5,b=[1,{"c":null}],d=,e="s"', "--set", "b[2]=x"],
+        ["--set-file", "a=file.txt", "--set", "a=overridden"],
+    ],
+    ids=lambda f: " ".join(f)[:40],
+)
+def test_set_flags_read_as_helm_reads_them(flags, tmp_path, monkeypatch):
+    """helm renders `toJson .Values` for the same -f file and --set flags: ectl's dict
+    (what it validates and hands helm) is the one helm would build from the flags."""
+    from elasticctr.cli._values import Overrides, apply_overrides
+
+    helm = require_tool("helm")
+    chart = tmp_path / "dump"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: dump\nversion: 0.1.0\n")
+    (chart / "templates" / "values.yaml").write_text(DUMP_TEMPLATE)
+    (tmp_path / "values.yaml").write_text(FILE_VALUES)
+    (tmp_path / "file.txt").write_text("one, two\nthree\n")
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run(
+        [helm, "template", "x", str(chart), "-f", "values.yaml", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    by_helm = json.loads(yaml.safe_load(done.stdout)["data"]["values"])
+    given: dict[str, list[str]] = {}
+    for flag, item in zip(flags[::2], flags[1::2], strict=True):
+        given.setdefault(flag.removeprefix("--").replace("-", "_"), []).append(item)
+    ours = apply_overrides(
+        yaml.safe_load(FILE_VALUES), Overrides(**{k: tuple(v) for k, v in given.items()})
+    )
+    assert json.loads(json.dumps(ours)) == by_helm

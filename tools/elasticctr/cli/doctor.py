@@ -25,6 +25,14 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
+from elasticctr.cli._values import (
+    SET_FILE_OPTION,
+    SET_JSON_OPTION,
+    SET_OPTION,
+    SET_STRING_OPTION,
+    Overrides,
+    load_user_values,
+)
 from elasticctr.constants import DEFAULT_RELEASE, ENV_HELM
 from elasticctr.errors import EctlError
 
@@ -807,6 +815,10 @@ def doctor(
         "IngressClass they name, the metrics API for serving autoscaling (repeatable, like "
         "helm -f).",
     ),
+    sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
@@ -826,15 +838,12 @@ def doctor(
       ectl doctor -f values/production.yaml
     """
     values = None
-    if values_files:
+    overrides = Overrides.of(sets, set_strings, set_files, set_json)
+    if values_files or overrides:
         from elasticctr import values as chart_values
         from elasticctr.constants import chart_dir
-        from elasticctr.errors import ValidationError
 
-        user = chart_values.load_files(values_files)
-        problems = chart_values.validate(user, chart_dir())
-        if problems:
-            raise ValidationError("values are invalid (ectl validate -f ...)", problems)
+        user = load_user_values(values_files or [], chart_dir(), overrides)
         values = chart_values.effective_values(user, chart_dir())
     target = Target(DEFAULT_RELEASE, namespace, kubeconfig, context, helm)
     checks = run_checks(target, DEFAULT_RELEASE, values)

@@ -333,7 +333,7 @@ def init(
             "readable by you only (0600); or keep it in a Secret named by "
             "global.data.hdfsUgiSecret.name and drop global.data.hdfsUgi"
         )
-    console.print(f"next: ectl validate {out} && ectl install -f {out}")
+    console.print(f"next: ectl validate -f {out} && ectl install -f {out}")
 
 
 def _schema_hint(out: Path) -> str:

@@ -32,22 +32,18 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
-from elasticctr.cli._values import load_user_values
+from elasticctr.cli._values import (
+    SET_FILE_OPTION,
+    SET_JSON_OPTION,
+    SET_OPTION,
+    SET_STRING_OPTION,
+    VALUES_OPTION,
+    Overrides,
+    load_user_values,
+)
 from elasticctr.constants import ENV_CHART_DIR, chart_dir
 from elasticctr.errors import EctlError
 
-VALUES_OPTION = typer.Option(
-    None,
-    "--values",
-    "-f",
-    help="Values file (repeatable; later files override earlier ones, like helm -f).",
-)
-SET_OPTION = typer.Option(
-    None,
-    "--set",
-    help="Override one value, dotted.key=value (repeatable, applied after the files; the "
-    "value is read as YAML: --set cube.shards=4 --set trainer.model.name=deepfm).",
-)
 CHART_OPTION = typer.Option(
     None,
     "--chart",
@@ -329,7 +325,7 @@ def _deploy(
     files: list[Path] | None,
     chart: str | None,
     *,
-    sets: list[str] | None,
+    sets: Overrides,
     dry_run: bool,
     wait: bool,
     timeout: str,
@@ -341,7 +337,8 @@ def _deploy(
     base: dict[str, Any] | None = None,
     check: Any = None,
 ) -> None:
-    """`base` / `extra`: values under / over the files and --set (ectl scenario's keys);
+    """`base` / `extra`: values under / over the files and the --set family (ectl
+    scenario's keys);
     `check(values, namespace)`: refuses what helm would accept but the cluster cannot run."""
     chart_path = _chart_path(chart, target.helm)
     values = load_user_values(files or [], chart_path, sets, extra, base)
@@ -429,6 +426,9 @@ def _deploy(
 def install(
     files: list[Path] | None = VALUES_OPTION,
     sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -459,14 +459,14 @@ def install(
 
       ectl install -f base.yaml -f prod.yaml -n ctr --wait --timeout 15m
 
-      ectl install -f values.yaml --set cube.shards=4
+      ectl install -f values.yaml --set cube.shards=4,serving.replicas=3
     """
     _deploy(
         "install",
         _target(release, namespace, kubeconfig, context, helm),
         files,
         chart,
-        sets=sets,
+        sets=Overrides.of(sets, set_strings, set_files, set_json),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -480,6 +480,9 @@ def install(
 def upgrade(
     files: list[Path] | None = VALUES_OPTION,
     sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -523,7 +526,7 @@ def upgrade(
         target,
         files,
         chart,
-        sets=sets,
+        sets=Overrides.of(sets, set_strings, set_files, set_json),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -770,6 +773,9 @@ def _template_output(value: str) -> str:
 def template(
     files: list[Path] | None = VALUES_OPTION,
     sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -791,7 +797,9 @@ def template(
       ectl template -f values.yaml -o json | jq '.[].kind'
     """
     chart_path = _chart_path(chart, helm)
-    values = load_user_values(files or [], chart_path, sets)
+    values = load_user_values(
+        files or [], chart_path, Overrides.of(sets, set_strings, set_files, set_json)
+    )
     ns = namespace or "default"
     client = common.helm_client(Target(release, ns, None, None, helm))
     docs = common.run(render(client, chart_path, release, values, ns, upgrade=False))

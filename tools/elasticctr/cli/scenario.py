@@ -44,13 +44,15 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
-from elasticctr.cli.release import (
-    CHART_OPTION,
+from elasticctr.cli._values import (
+    SET_FILE_OPTION,
+    SET_JSON_OPTION,
     SET_OPTION,
-    TIMEOUT_OPTION,
+    SET_STRING_OPTION,
     VALUES_OPTION,
-    WAIT_OPTION,
+    Overrides,
 )
+from elasticctr.cli.release import CHART_OPTION, TIMEOUT_OPTION, WAIT_OPTION
 from elasticctr.errors import EctlError
 
 scenario_app = typer.Typer(
@@ -301,6 +303,9 @@ def add(
     name: str = typer.Argument(..., help="Scenario name (DNS-1123 label, at most 40 characters)."),
     files: list[Path] | None = VALUES_OPTION,
     sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     platform: str = PLATFORM_OPTION,
     team: str | None = typer.Option(None, help="Team that owns it (default: from the values)."),
     namespace: str | None = NAMESPACE_OPTION,
@@ -376,7 +381,7 @@ def add(
         target,
         files,
         chart,
-        sets=sets,
+        sets=Overrides.of(sets, set_strings, set_files, set_json),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,

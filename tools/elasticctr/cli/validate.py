@@ -1,4 +1,4 @@
-"""`ectl validate FILE...`: check values files the way install would, list every problem.
+"""`ectl validate -f FILE...`: check values files the way install would, list every problem.
 
 The rules are the chart's (its values.schema.json files and cross-field rules, applied by
 `elasticctr.values`); this verb only reads the files, asks, and reports.
@@ -12,7 +12,15 @@ import typer
 
 from elasticctr.cli import _common as common
 from elasticctr.cli._common import OutputFormat, console
-from elasticctr.cli._values import load_user_values
+from elasticctr.cli._values import (
+    SET_FILE_OPTION,
+    SET_JSON_OPTION,
+    SET_OPTION,
+    SET_STRING_OPTION,
+    VALUES_OPTION,
+    Overrides,
+    load_user_values,
+)
 from elasticctr.errors import ValidationError
 
 
@@ -22,31 +30,46 @@ def _split(problem: str) -> dict[str, str]:
 
 
 def validate(
-    files: list[Path] = typer.Argument(
-        ..., help="Values files, merged in order like `helm -f a -f b`."
+    files: list[Path] | None = typer.Argument(
+        None,
+        help="Values files, merged in order (as -f; kept for compatibility).",
+        metavar="FILE",
+        show_default=False,
     ),
-    sets: list[str] | None = typer.Option(
-        None, "--set", help="dotted.key=value overrides applied after the files (repeatable)."
-    ),
+    values: list[Path] | None = VALUES_OPTION,
+    sets: list[str] | None = SET_OPTION,
+    set_strings: list[str] | None = SET_STRING_OPTION,
+    set_files: list[str] | None = SET_FILE_OPTION,
+    set_json: list[str] | None = SET_JSON_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
 ) -> None:
-    """Check values files against the chart's schemas and cross-field rules.
+    """Check values files (and --set values) against the chart's schemas and cross-field rules.
 
-    Every problem is printed as `path: message`, all at once. Exit code 0 = valid,
-    2 = problems found (or a file is not valid YAML), 1 = a file cannot be read.
+    Exactly what `ectl install` / `helm install` would be given with the same -f and --set
+    flags. Every problem is printed as `path: message`, all at once. Exit code 0 = valid,
+    2 = problems found (or a file is not valid YAML, or a bad --set), 1 = a file cannot
+    be read.
 
     Examples:
 
-      ectl validate values.yaml
+      ectl validate -f values.yaml
 
-      ectl validate base.yaml prod.yaml          # as `ectl install -f base.yaml -f prod.yaml`
+      ectl validate -f base.yaml -f prod.yaml    # as `ectl install -f base.yaml -f prod.yaml`
 
-      ectl validate values.yaml --set trainer.pserver.replicas=4
+      ectl validate -f values.yaml --set cube.shards=4,serving.replicas=3
 
       ectl validate values.yaml -o json | jq -r '.problems[].path'
     """
+    if files and values:
+        raise typer.BadParameter(
+            "give the values files either as arguments or with -f/--values, not both (their "
+            "order would be ambiguous): ectl validate -f base.yaml -f prod.yaml",
+            param_hint="'-f' / FILES",
+        )
     from elasticctr.values import load_files
 
+    files = list(files or values or [])
+    overrides = Overrides.of(sets, set_strings, set_files, set_json)
     problems: list[str] = []
     for path in files:  # every unparsable file at once, then the chart's rules
         try:
@@ -58,7 +81,7 @@ def validate(
         error = ValidationError(f"{len(problems)} file(s) cannot be read as YAML", problems)
     else:
         try:
-            load_user_values(files, sets=sets)
+            load_user_values(files, sets=overrides)
         except ValidationError as exc:
             error = exc
     names = [str(f) for f in files]
@@ -75,7 +98,11 @@ def validate(
         return
     if error:
         raise error
-    console.print(f"[green]valid[/green]: {', '.join(names)}")
+    given = len(list(overrides.flags()))
+    console.print(
+        f"[green]valid[/green]: {', '.join(names) or 'chart defaults'}"
+        + (f" with {given} --set value(s)" if given else "")
+    )
 
 
 def register(app: typer.Typer) -> None:

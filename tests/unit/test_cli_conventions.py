@@ -1,0 +1,324 @@
+"""ectl follows helm's and kubectl's conventions where it mirrors them (issue 27).
+
+`-f/--values` on every verb that reads values, helm's `--set` family read by one parser
+(`elasticctr.cli._values`, a port of helm's strvals; tests/integration/test_ectl_release.py
+compares it with the real helm), `-o table|json|yaml` on the read verbs, and Go-style
+durations for `logs --since` and `--timeout`. Driven through the real entry point.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from elasticctr import values as chart_values
+from elasticctr.cli._values import Overrides, apply_overrides, parse_sets, typed_value
+from elasticctr.cli.main import _register
+from elasticctr.constants import repo_root
+from elasticctr.errors import ValidationError
+
+pytestmark = pytest.mark.fast
+
+DEMO = repo_root() / "values" / "demo.yaml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    _register()
+
+
+@pytest.fixture
+def ectl_here(capsys, monkeypatch):
+    """The console entry point in this process: real exit codes and error printing."""
+    from elasticctr.cli.main import run
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", ["ectl", *args])
+        code = 0
+        try:
+            run()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def problems_of(overrides: Overrides, base: dict | None = None) -> list[str]:
+    with pytest.raises(ValidationError) as err:
+        apply_overrides(base or {}, overrides)
+    assert err.value.exit_code == 2
+    return err.value.problems
+
+
+# --- helm's --set, read the way helm reads it -----------------------------------------------
+
+
+def test_commas_separate_pairs_as_in_helm():
+    """The user's `--set 'cube.shards=4,serving.replicas=3'` is two values, both numbers."""
+    assert parse_sets(["cube.shards=4,serving.replicas=3"]) == {
+        "cube": {"shards": 4},
+        "serving": {"replicas": 3},
+    }
+    assert parse_sets(["a=1,", "b.c=x,b.d=y"]) == {"a": 1, "b": {"c": "x", "d": "y"}}
+
+
+def test_escapes_keep_commas_equals_and_dots_literal():
+    assert parse_sets([r"a=one\,two,b=x\=y", r"c=p=q"]) == {"a": "one,two", "b": "x=y", "c": "p=q"}
+    assert parse_sets([r"ann.example\.com/x=1"]) == {"ann": {"example.com/x": 1}}
+    assert parse_sets([r"a={x\,y,z}"]) == {"a": ["x,y", "z"]}
+
+
+def test_list_indices_and_list_literals():
+    assert parse_sets(["a.b[0]=v"]) == {"a": {"b": ["v"]}}
+    assert parse_sets(["a[1].c=v"]) == {"a": [None, {"c": "v"}]}
+    assert parse_sets(["a[0].x=1,a[0].y=2"]) == {"a": [{"x": 1, "y": 2}]}
+    assert parse_sets(["n[1][1]=1"]) == {"n": [None, [None, 1]]}
+    assert parse_sets(["slots={0,1,2}", "names={a,b}"]) == {"slots": [0, 1, 2], "names": ["a", "b"]}
+    assert parse_sets(["a={}"]) == {"a": [""]}  # helm's reading, too
+    # into a list the files set: the other items stay (helm's ParseInto)
+    assert apply_overrides({"l": ["x", "y", "z"]}, Overrides(set=("l[1]=Y",))) == {
+        "l": ["x", "Y", "z"]
+    }
+    # into a map the files set: its other keys stay
+    base = {"m": {"k": 1}}
+    assert apply_overrides(base, Overrides(set=("m.j=2",))) == {"m": {"k": 1, "j": 2}}
+    assert base == {"m": {"k": 1}}  # the caller's dict is not changed
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("4", 4),
+        ("0", 0),
+        ("-5", -5),
+        ("+5", 5),
+        ("9223372036854775807", 9223372036854775807),
+        ("9223372036854775808", "9223372036854775808"),  # beyond int64: helm keeps text
+        ("007", "007"),  # leading zeros: a string (think file modes, zip codes)
+        ("1.5", "1.5"),  # helm types no floats
+        ("1e3", "1e3"),
+        ("0x1F", "0x1F"),
+        ("1_000", "1_000"),
+        ("true", True),
+        ("TRUE", True),
+        ("False", False),
+        ("null", None),
+        ("NULL", None),
+        ("yes", "yes"),  # not YAML 1.1: helm's --set knows only true/false
+        ("", ""),
+        ("[1]", "[1]"),
+    ],
+)
+def test_set_types_values_as_helm_does(text, value):
+    assert typed_value(text) == value
+    assert type(typed_value(text)) is type(value)
+
+
+def test_null_deletes_a_default_key():
+    user = parse_sets(["cube.podDisruptionBudget=null"])
+    assert user == {"cube": {"podDisruptionBudget": None}}
+    assert "podDisruptionBudget" in chart_values.effective_values({})["cube"]
+    assert "podDisruptionBudget" not in chart_values.effective_values(user)["cube"]
+
+
+def test_set_string_keeps_strings_and_comes_after_set():
+    """helm applies every --set, then every --set-string, whatever the command-line order."""
+    assert apply_overrides({}, Overrides(set_string=("a=1,b=true,c=null,d={1,2}",))) == {
+        "a": "1",
+        "b": "true",
+        "c": "null",
+        "d": ["1", "2"],
+    }
+    assert apply_overrides({}, Overrides.of(sets=["x=2"], strings=["x=1"])) == {"x": "1"}
+    assert apply_overrides({}, Overrides.of(sets=["x=2"], json_values=["x=1"])) == {"x": 2}
+
+
+def test_set_file_reads_the_whole_file_as_a_string(tmp_path, monkeypatch):
+    (tmp_path / "ca.pem").write_text("-----BEGIN-----\nabc, def\n")
+    monkeypatch.chdir(tmp_path)  # relative paths are the current directory's, as in helm
+    assert apply_overrides({}, Overrides(set_file=("tls.ca=ca.pem",))) == {
+        "tls": {"ca": "-----BEGIN-----\nabc, def\n"}
+    }
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
+    [problem] = problems_of(Overrides(set_file=("x=latin1.txt",)))
+    assert "--set-file x=latin1.txt: x: latin1.txt is not UTF-8 text" in problem
+
+
+def test_set_json_types_numbers_lists_and_maps():
+    assert apply_overrides(
+        {}, Overrides(set_json=('a=0.5,b=[1,{"c":null}],d=,e="s"', 'f={"g":1}'))
+    ) == {"a": 0.5, "b": [1, {"c": None}], "d": None, "e": "s", "f": {"g": 1}}
+
+
+@pytest.mark.parametrize(
+    "flag, item, words",
+    [
+        ("set", "nokey", 'key "nokey" has no value'),
+        ("set", "a,b=1", 'key "a" has no value'),
+        ("set", "a=1,,b=2", "empty key name"),
+        ("set", "a[-1]=x", "a[-1]: negative index not allowed"),
+        ("set", "a[x]=1", "a[x]: the index must be a whole number"),
+        ("set", "a[1=x", "a[1=x: no closing ]"),
+        ("set", "a={1,2", "a: a list must end with }"),
+        ("set", "a[70000]=1", "index above the maximum of 65536"),
+        ("set", "l.x=1", "l is a list in the values, not a map"),
+        ("set", "m[0]=1", "m is a map in the values, not a list"),
+        ("set", "s.t=1", "s is the value 'text' in the values, not a map"),
+        ("set_json", "a=[1,", "a: not a JSON value"),
+    ],
+)
+def test_bad_set_items_name_the_flag_the_item_and_the_fix(flag, item, words):
+    base = {"l": [1], "m": {"k": 1}, "s": "text"}
+    [problem] = problems_of(Overrides(**{flag: (item,)}), base)
+    name = "--" + flag.replace("_", "-")
+    assert problem.startswith(f"{name} {item}: "), problem
+    assert words in problem, problem
+    assert "(write key=" in problem  # the fix
+
+
+def test_every_bad_item_is_listed_at_once_and_good_ones_still_apply():
+    problems = problems_of(Overrides.of(sets=["nokey", "a=1", "b[x]=2"], files=["c=/no/such"]))
+    assert [p.split(":")[0] for p in problems] == [
+        "--set nokey",
+        "--set b[x]=2",
+        "--set-file c=/no/such",
+    ]
+
+
+# --- the verbs ----------------------------------------------------------------------------
+
+
+def test_validate_takes_values_files_with_f_like_helm(tmp_path, ectl_here):
+    proc = ectl_here("validate", "-f", str(DEMO))
+    assert proc.returncode == 0, proc.stderr
+    assert f"valid: {DEMO}" in proc.stdout
+    fix = tmp_path / "fix.yaml"
+    fix.write_text("trainer:\n  pserver:\n    replicas: 1\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  pserver:\n    replicas: 0\n")
+    assert ectl_here("validate", "--values", str(bad)).returncode == 2
+    assert ectl_here("validate", "-f", str(bad), "-f", str(fix)).returncode == 0  # later wins
+    assert ectl_here("validate", "-f", str(fix), "-f", str(bad)).returncode == 2
+    assert ectl_here("validate", str(bad), str(fix)).returncode == 0  # positional: as before
+
+
+def test_validate_refuses_positional_files_mixed_with_f(tmp_path, ectl_here):
+    proc = ectl_here("validate", str(DEMO), "-f", str(DEMO))
+    assert proc.returncode == 2
+    text = flat(proc.stderr)
+    assert "either as arguments or with -f/--values, not both" in text
+    assert "ectl validate -f base.yaml -f prod.yaml" in text
+    assert "Traceback" not in proc.stderr
+
+
+def test_validate_user_example_comma_separated_set(ectl_here):
+    proc = ectl_here("validate", str(DEMO), "--set", "cube.shards=4,serving.replicas=3")
+    assert proc.returncode == 0, proc.stderr
+    assert "with 1 --set value(s)" in proc.stdout
+    proc = ectl_here("validate", "-f", str(DEMO), "--set", "cube.shards=4,cube.shards=x")
+    assert proc.returncode == 2
+    assert "cube.shards: 'x' is not of type 'integer'" in proc.stderr
+
+
+def test_validate_set_string_is_a_string_where_set_is_a_number(ectl_here):
+    assert ectl_here("validate", "-f", str(DEMO), "--set", "cube.shards=4").returncode == 0
+    proc = ectl_here("validate", "-f", str(DEMO), "--set-string", "cube.shards=4")
+    assert proc.returncode == 2
+    assert "cube.shards: '4' is not of type 'integer'" in proc.stderr
+    proc = ectl_here("validate", "-f", str(DEMO), "--set-string", "global.image.tag=1")
+    assert proc.returncode == 0, proc.stderr  # a tag that looks like a number stays text
+
+
+def test_validate_set_of_a_decimal_says_to_use_set_json(ectl_here):
+    proc = ectl_here(
+        "validate", "-f", str(DEMO), "--set", "trainer.model.learningRate=0.01,cube.shards=04"
+    )
+    assert proc.returncode == 2
+    text = flat(proc.stderr)
+    assert (
+        "trainer.model.learningRate: '0.01' is not of type 'number' (--set keeps 0.01 a "
+        "string, as helm does: use --set-json trainer.model.learningRate=0.01" in text
+    )
+    assert "use --set-json cube.shards=4 or a values file" in text
+    proc = ectl_here("validate", "-f", str(DEMO), "--set-json", "trainer.model.learningRate=0.01")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_validate_set_file_missing_file_is_one_clear_line(tmp_path, ectl_here):
+    missing = tmp_path / "nope.txt"
+    proc = ectl_here("validate", "-f", str(DEMO), "--set-file", f"global.data.hdfsUgi={missing}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "error: 1 bad --set value(s)"
+    assert lines[1].strip() == (
+        f"--set-file global.data.hdfsUgi={missing}: global.data.hdfsUgi: cannot read "
+        f"{missing}: No such file or directory (give the path of a readable file, relative "
+        "to the current directory)"
+    )
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_validate_set_file_value_is_validated(tmp_path, ectl_here):
+    ugi = tmp_path / "ugi"
+    ugi.write_text("root,secret")
+    assert (
+        ectl_here("validate", "-f", str(DEMO), "--set-file", f"global.data.hdfsUgi={ugi}")
+    ).returncode == 0
+    tag = tmp_path / "tag"
+    tag.write_text("4")
+    proc = ectl_here("validate", "-f", str(DEMO), "--set-file", f"cube.shards={tag}")
+    assert proc.returncode == 2  # a file's contents are a string, never a number
+    assert "cube.shards: '4' is not of type 'integer'" in proc.stderr
+
+
+def test_validate_without_files_checks_the_chart_defaults_and_sets(ectl_here):
+    proc = ectl_here("validate", "--set", "cube.shards=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "valid: chart defaults with 1 --set value(s)" in proc.stdout
+
+
+def test_template_hands_helm_the_values_validated(monkeypatch, ectl_here, tmp_path):
+    """ectl parses the --set family and hands helm the one validated dict: helm never
+    re-reads the flags, so what ectl checked is what helm renders."""
+    from elasticctr.cli import _common, release
+
+    seen = {}
+
+    async def fake_render(client, chart_path, name, values, namespace, upgrade):
+        seen["values"] = values
+        return [{"kind": "ConfigMap", "metadata": {"name": "x"}}]
+
+    monkeypatch.setattr(_common, "helm_client", lambda target: object())
+    monkeypatch.setattr(release, "render", fake_render)
+    ugi = tmp_path / "ugi"
+    ugi.write_text("u,p")
+    proc = ectl_here(
+        "template", "-f", str(DEMO), "--set", "cube.shards=3,global.data.slots={1,2}",
+        "--set-string", "global.image.tag=7", "--set-file", f"global.data.hdfsUgi={ugi}",
+        "--set-json", "trainer.model.learningRate=0.05", "-o", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    values = seen["values"]
+    assert values["cube"]["shards"] == 3
+    assert values["global"]["data"]["slots"] == [1, 2]
+    assert values["global"]["image"]["tag"] == "7"
+    assert values["global"]["data"]["hdfsUgi"] == "u,p"
+    assert values["trainer"]["model"]["learningRate"] == 0.05
+    assert values["global"]["data"]["startDateHour"]  # the file's values are there too
+
+
+@pytest.mark.parametrize("verb", [["install"], ["upgrade"], ["template"], ["scenario", "add"]])
+def test_deploy_verbs_take_the_whole_set_family(verb, ectl_here):
+    proc = ectl_here(*verb, "--help")
+    assert proc.returncode == 0
+    text = flat(proc.stdout)
+    for flag in ("--values", "-f", "--set ", "--set-string", "--set-file", "--set-json"):
+        assert flag in text, (verb, flag)
