@@ -8,12 +8,17 @@ durations for `logs --since` and `--timeout`. Driven through the real entry poin
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from elasticctr import values as chart_values
+from elasticctr.cli._common import OutputFormat
 from elasticctr.cli._values import Overrides, apply_overrides, parse_sets, typed_value
 from elasticctr.cli.main import _register
 from elasticctr.constants import repo_root
@@ -322,3 +327,107 @@ def test_deploy_verbs_take_the_whole_set_family(verb, ectl_here):
     text = flat(proc.stdout)
     for flag in ("--values", "-f", "--set ", "--set-string", "--set-file", "--set-json"):
         assert flag in text, (verb, flag)
+
+
+# --- -o table|json|yaml -------------------------------------------------------------------
+
+TRICKY = {
+    "release": {"name": "ctr", "updated": dt.datetime(2026, 11, 30, 23, 0, tzinfo=dt.UTC)},
+    "strings": [
+        "2020-04-01",
+        "20200401/00",
+        "yes",
+        "no",
+        "on",
+        "null",
+        "~",
+        "0777",
+        "1e3",
+        "12:30",
+        "",
+        " lead",
+        "multi\nline\n",
+        "naïve ✓",
+        "a: b",
+        "- x",
+        "#c",
+    ],  # fmt: skip
+    "numbers": [0, -1, 2**63 - 1, 1.5, 1e-9, 0.0001],
+    "flags": [True, False, None],
+    "path": Path("/tmp/x"),
+    "format": OutputFormat.json,
+    "nested": {"list": [{"a": []}, {}], "empty": {}},
+}
+
+
+def _printed(output, data, capsys) -> str:
+    from elasticctr.cli._common import print_data
+
+    assert print_data(output, data) is True
+    return capsys.readouterr().out
+
+
+def test_yaml_output_loads_back_to_what_json_says(capsys):
+    as_json = json.loads(_printed(OutputFormat.json, TRICKY, capsys))
+    as_yaml = yaml.safe_load(_printed(OutputFormat.yaml, TRICKY, capsys))
+    assert as_yaml == as_json
+    assert as_yaml["strings"][0] == "2020-04-01" and as_yaml["strings"][2] == "yes"
+    assert as_yaml["release"]["updated"] == "2026-11-30 23:00:00+00:00"
+    from elasticctr.cli._common import print_data
+
+    assert print_data(OutputFormat.table, TRICKY) is False
+    assert capsys.readouterr().out == ""  # table: the verb draws it
+
+
+def _commands(group, prefix=()):
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+def test_every_verb_with_output_offers_table_json_and_yaml(ectl_here, monkeypatch):
+    import typer
+
+    from elasticctr.cli.main import app
+
+    monkeypatch.setenv("COLUMNS", "200")
+    checked = []
+    for name, command in _commands(typer.main.get_command(app)):
+        if not any("--output" in getattr(p, "opts", []) for p in command.params):
+            continue
+        text = ectl_here(*name, "--help").stdout
+        if name == ("template",):  # it prints manifests: yaml or json
+            assert "yaml (manifests) or json" in flat(text)
+            continue
+        assert "<table|json|yaml>" in text and "-o" in text, name
+        checked.append(" ".join(name))
+    assert {"status", "history", "validate", "doctor", "install", "scenario list",
+            "scenario status", "local status", "data profile"} <= set(checked)  # fmt: skip
+
+
+def test_validate_yaml_report_is_the_json_report(tmp_path, ectl_here):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  pserver:\n    replicas: 0\ncube:\n  shards: x\n")
+    as_json = ectl_here("validate", "-f", str(bad), "-o", "json")
+    as_yaml = ectl_here("validate", "-f", str(bad), "-o", "yaml")
+    assert as_json.returncode == as_yaml.returncode == 2
+    assert yaml.safe_load(as_yaml.stdout) == json.loads(as_json.stdout)
+    assert yaml.safe_load(as_yaml.stdout)["valid"] is False
+
+
+def test_status_and_scenario_list_print_yaml(monkeypatch, ectl_here):
+    from elasticctr.cli import scenario, status
+
+    sample = {"helm": {"name": "ctr", "revision": 3}, "pods": [], "model": {"newestVersion": None}}
+    monkeypatch.setattr(status, "collect_status", lambda target: sample)
+    rows = [{"name": "coupon", "served": "20200401/00", "heldout_auc": 0.75, "error": None}]
+    monkeypatch.setattr(scenario, "collect", lambda target, platform, ns: rows)
+    for args, expected in ((["status"], sample), (["scenario", "list"], rows),
+                           (["scenario", "status"], rows)):  # fmt: skip
+        proc = ectl_here(*args, "-n", "ctr", "-o", "yaml")
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert yaml.safe_load(proc.stdout) == expected
+        proc = ectl_here(*args, "-n", "ctr", "-o", "xml")
+        assert proc.returncode == 2 and "'xml' is not one of" in flat(proc.stderr), proc.stderr

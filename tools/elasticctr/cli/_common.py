@@ -49,12 +49,20 @@ err_console = Console(stderr=True)
 
 
 class OutputFormat(enum.StrEnum):
+    """`-o` of the read verbs, as kubectl's: a table for people, json or yaml for scripts."""
+
     table = "table"
     json = "json"
+    yaml = "yaml"
+
+    @property
+    def for_scripts(self) -> bool:
+        """Only the document goes to stdout (progress and notes go to stderr or nowhere)."""
+        return self is not OutputFormat.table
 
 
 OUTPUT_OPTION = typer.Option(
-    OutputFormat.table, "--output", "-o", help="table for people, json for scripts."
+    OutputFormat.table, "--output", "-o", help="table for people, json or yaml for scripts."
 )
 
 
@@ -62,6 +70,28 @@ def print_json(data: Any) -> None:
     """JSON on stdout, nothing else: scripts pipe this into jq."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
+
+
+def print_yaml(data: Any) -> None:
+    """YAML on stdout, nothing else; it loads back to exactly what `print_json` prints
+    (the data goes through JSON first: dates, paths and enums become the same strings)."""
+    import yaml
+
+    plain = json.loads(json.dumps(data, sort_keys=False, default=str))
+    sys.stdout.write(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, width=1 << 16))
+    sys.stdout.flush()
+
+
+def print_data(output: OutputFormat, data: Any) -> bool:
+    """The one way a verb prints its result for scripts: `data` as JSON or YAML on stdout
+    when `output` asks for it (True); False for `table`, which the caller draws."""
+    if output is OutputFormat.json:
+        print_json(data)
+        return True
+    if output is OutputFormat.yaml:
+        print_yaml(data)
+        return True
+    return False
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

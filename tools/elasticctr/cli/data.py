@@ -6,7 +6,6 @@ the work in the library (so trainers and tests call the same code).
 
 from __future__ import annotations
 
-import json
 import time
 
 import typer
@@ -21,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from elasticctr.cli._common import OUTPUT_OPTION, OutputFormat
+from elasticctr.cli._common import OUTPUT_OPTION, OutputFormat, print_data
 from elasticctr.constants import DEFAULT_MAX_ERROR_RATE
 from elasticctr.errors import EctlError, ValidationError
 
@@ -173,7 +172,7 @@ def profile_cmd(
     from elasticctr.data.profile import profile, resolve_files
 
     files = resolve_files(url, hdfs_ugi)
-    if output == OutputFormat.json:
+    if output.for_scripts:
         prof = profile(files, max_lines=max_lines, hdfs_ugi=hdfs_ugi)
     else:
         with _progress() as progress:
@@ -185,15 +184,14 @@ def profile_cmd(
                 progress=lambda n: progress.advance(task, n),
             )
     report = prof.to_dict(
-        top_k=top if output != OutputFormat.json else max(top, 10), min_coverage=min_coverage
+        top_k=max(top, 10) if output.for_scripts else top, min_coverage=min_coverage
     )
     rec = report["recommendation"]
     if slot_conf_out:
         if not rec["slots"]:
             raise EctlError("no slot qualifies for slot.conf; nothing written")
         storage.write_text(slot_conf_out, format_slot_conf(rec["slots"]), hdfs_ugi)
-    if output == OutputFormat.json:
-        typer.echo(json.dumps(report, indent=2))
+    if print_data(output, report):
         return
     _print_profile(report, top)
     if slot_conf_out:

@@ -848,9 +848,7 @@ def doctor(
     target = Target(DEFAULT_RELEASE, namespace, kubeconfig, context, helm)
     checks = run_checks(target, DEFAULT_RELEASE, values)
     ok = all(c.status in ("ok", "warn") for c in checks)
-    if output is OutputFormat.json:
-        common.print_json({"ok": ok, "checks": [asdict(c) for c in checks]})
-    else:
+    if not common.print_data(output, {"ok": ok, "checks": [asdict(c) for c in checks]}):
         table = Table(title="ectl doctor")
         for column in ("check", "result", "detail", "fix"):
             table.add_column(column, overflow="fold")

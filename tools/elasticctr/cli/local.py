@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from elasticctr.cli._common import OUTPUT_OPTION, OutputFormat, print_data
 from elasticctr.constants import ENV_HOME, repo_root
 from elasticctr.errors import EctlError
 
@@ -65,7 +65,7 @@ def quickstart(
         "slots with half the lines.",
     ),
     keep_running: bool = typer.Option(False, help="Keep everything running until Ctrl-C."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run ElasticCTR end to end on this machine: one platform (model store, MLflow, cube,
     serving) with two scenarios, each with its own data, slots, model and elastic PS
@@ -93,16 +93,15 @@ def quickstart(
         scenarios=tuple(n.strip() for n in scenario_names.split(",")),
         keep_running=keep_running,
     )
-    out = Console(stderr=True) if output == "json" else console
+    out = Console(stderr=True) if output.for_scripts else console
     report = run_quickstart(opts, out)
-    if output == "json":
-        typer.echo(json.dumps(report.as_dict(), indent=2))
+    print_data(output, report.as_dict())
 
 
 @local_app.command("status")
 def status(
     workdir: Path = typer.Option(None, help=f"Work folder (default ${ENV_HOME}/quickstart)."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Show the processes and endpoints of a running local deployment."""
     from elasticctr.local.stack import read_state
@@ -111,8 +110,7 @@ def status(
     rows = []
     for name, pid in sorted(state["components"].items()):
         rows.append({"component": name, "pid": pid, "alive": _alive(pid)})
-    if output == "json":
-        typer.echo(json.dumps({**state, "processes": rows}, indent=2))
+    if print_data(output, {**state, "processes": rows}):
         return
     table = Table(title=f"local deployment in {state['workdir']}")
     for col in ("component", "pid", "alive"):

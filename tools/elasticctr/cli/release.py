@@ -142,15 +142,13 @@ def diff_manifests(
 def _print_changes(
     changes: list[Change], *, release: str, output: OutputFormat, verb: str, show_diff: bool
 ) -> None:
-    if output is OutputFormat.json:
-        common.print_json(
-            {
-                "release": release,
-                "operation": verb,
-                "dryRun": True,
-                "changes": [asdict(c) | {"added": c.added, "removed": c.removed} for c in changes],
-            }
-        )
+    data = {
+        "release": release,
+        "operation": verb,
+        "dryRun": True,
+        "changes": [asdict(c) | {"added": c.added, "removed": c.removed} for c in changes],
+    }
+    if common.print_data(output, data):
         return
     if not changes:
         console.print(f"[green]{verb} {release}: no changes[/green]")
@@ -409,8 +407,7 @@ def _deploy(
             "status": revision.status.value,
             "notes": revision.notes or "",
         }
-        if output is OutputFormat.json:
-            common.print_json(result)
+        if common.print_data(output, result):
             return
         console.print(
             f"[green]{verb}ed[/green] {target.release} in {namespace}: revision "
@@ -594,9 +591,9 @@ def uninstall(
         except Exception as exc:
             raise common.helm_error(exc, f"uninstall {release} failed") from exc
         _delete_test_hooks(target, release, ns)
-        if output is OutputFormat.json:
-            common.print_json({"release": release, "namespace": ns, "uninstalled": True})
-        else:
+        if not common.print_data(
+            output, {"release": release, "namespace": ns, "uninstalled": True}
+        ):
             console.print(f"[green]uninstalled[/green] {release} from {ns}")
 
     common.run(go())
@@ -614,7 +611,7 @@ def _delete_test_hooks(target, release: str, namespace: str) -> None:
         core.delete_collection_namespaced_pod(namespace, label_selector=selector)
         core.delete_collection_namespaced_config_map(namespace, label_selector=selector)
     except Exception as exc:  # noqa: BLE001 - the release is gone; say what is left
-        console.print(
+        common.err_console.print(
             f"[yellow]warning:[/yellow] the release's test pod may remain ({exc}); "
             f"kubectl -n {namespace} delete pod,configmap -l {selector}"
         )
@@ -703,9 +700,7 @@ def rollback(
             "rolledBackTo": goal,
             "status": result.status.value,
         }
-        if output is OutputFormat.json:
-            common.print_json(data)
-        else:
+        if not common.print_data(output, data):
             console.print(
                 f"[green]rolled back[/green] {release} to revision {goal} "
                 f"(new revision {result.revision}, {result.status.value})"
@@ -753,8 +748,7 @@ def history(
             raise common.helm_error(exc, f"cannot read history of {release}") from exc
 
     rows = common.run(go())
-    if output is OutputFormat.json:
-        common.print_json({"release": release, "namespace": ns, "revisions": rows})
+    if common.print_data(output, {"release": release, "namespace": ns, "revisions": rows}):
         return
     table = Table(title=f"{release} in {ns}")
     for column in ("revision", "updated", "status", "description"):

@@ -408,8 +408,7 @@ def list_(
     target = Target(platform, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
     rows = collect(target, platform, ns)
-    if output is OutputFormat.json:
-        common.print_json(rows)
+    if common.print_data(output, rows):
         return
     table = Table(title=f"scenarios of platform {platform} ({ns})")
     for col in ("scenario", "team", "model", "served", "job", "trainers", "queue", "error"):
@@ -445,8 +444,7 @@ def status(
                 f"no scenario {name} on platform {platform} in namespace {ns}",
                 hint=f"ectl scenario list --platform {platform}",
             )
-    if output is OutputFormat.json:
-        common.print_json(rows)
+    if common.print_data(output, rows):
         return
     console.print(status_table(rows, f"scenarios of platform {platform} ({ns})"))
 
@@ -732,8 +730,7 @@ def remove(
                     raise EctlError(
                         f"scenario {name}: {done}store deleted; MLflow failed: {exc}", hint=again
                     ) from exc
-    if output is OutputFormat.json:
-        common.print_json(result)
+    if common.print_data(output, result):
         return
     if registered:
         console.print(f"[green]removed[/green] scenario {name} from platform {platform}")

@@ -592,9 +592,7 @@ def status(
       ectl status -R ctr-demo -n ctr -o json | jq .coordinator
     """
     data = collect_status(Target(release, namespace, kubeconfig, context, helm))
-    if output is OutputFormat.json:
-        common.print_json(data)
-    else:
+    if not common.print_data(output, data):
         _print_status(data)
 
 

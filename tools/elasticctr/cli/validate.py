@@ -85,14 +85,12 @@ def validate(
         except ValidationError as exc:
             error = exc
     names = [str(f) for f in files]
-    if output is OutputFormat.json:
-        common.print_json(
-            {
-                "files": names,
-                "valid": error is None,
-                "problems": [_split(p) for p in (error.problems if error else [])],
-            }
-        )
+    report = {
+        "files": names,
+        "valid": error is None,
+        "problems": [_split(p) for p in (error.problems if error else [])],
+    }
+    if common.print_data(output, report):
         if error:
             raise typer.Exit(error.exit_code)
         return
