@@ -431,3 +431,111 @@ def test_status_and_scenario_list_print_yaml(monkeypatch, ectl_here):
         assert yaml.safe_load(proc.stdout) == expected
         proc = ectl_here(*args, "-n", "ctr", "-o", "xml")
         assert proc.returncode == 2 and "'xml' is not one of" in flat(proc.stderr), proc.stderr
+
+
+# --- durations: logs --since and --timeout ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("45s", 45),
+        ("10m", 600),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("2h0m3s", 7203),
+        ("300ms", 0.3),
+        ("+5s", 5),
+        ("600", 600),  # a bare number: seconds, as --since took before
+        ("0", 0),
+        (" 90 ", 90),
+    ],
+)
+def test_durations_in_go_format(text, seconds):
+    from elasticctr.cli._common import parse_duration
+
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "m", "10x", "-5m", "1h-30m", "1 h", "10M", "1d", ".", "5s5"])
+def test_bad_durations_are_refused(text):
+    from elasticctr.cli._common import parse_duration
+
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+class _FakeLogs:
+    """CoreV1Api with one trainer pod; remembers what logs were asked for."""
+
+    asked: list[dict] = []
+
+    def __init__(self, api):
+        pass
+
+    def list_namespaced_pod(self, namespace, **kwargs):
+        from kubernetes.client import V1ObjectMeta, V1Pod, V1PodList
+
+        labels = {"app.kubernetes.io/instance": "elasticctr",
+                  "app.kubernetes.io/component": "trainer"}  # fmt: skip
+        return V1PodList(items=[V1Pod(metadata=V1ObjectMeta(name="t-0", labels=labels))])
+
+    def read_namespaced_pod_log(self, name, namespace, **kwargs):
+        _FakeLogs.asked.append(kwargs)
+
+        class Response:
+            data = b"line one\n"
+
+        return Response()
+
+
+@pytest.mark.parametrize(
+    "since, seconds",
+    [("10m", 600), ("1h30m", 5400), ("45s", 45), ("600", 600), ("1500ms", 2), ("0", None)],
+)
+def test_logs_since_takes_durations_like_kubectl(since, seconds, monkeypatch, ectl_here):
+    import kubernetes.client
+
+    from elasticctr.cli import _common
+
+    class Api:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_common, "kube_api_client", lambda target: Api())
+    monkeypatch.setattr(kubernetes.client, "CoreV1Api", _FakeLogs)
+    _FakeLogs.asked = []
+    proc = ectl_here("logs", "trainer", "-n", "ctr", "--since", since)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "line one\n"
+    [asked] = _FakeLogs.asked
+    assert asked.get("since_seconds") == seconds
+
+
+BAD_DURATION_VERBS = [
+    ["logs", "trainer", "--since"],
+    ["install", "--timeout"],
+    ["upgrade", "--timeout"],
+    ["uninstall", "--timeout"],
+    ["rollback", "--timeout"],
+    ["scenario", "add", "x", "--timeout"],
+]
+
+
+@pytest.mark.parametrize("verb", BAD_DURATION_VERBS)
+def test_bad_durations_name_the_flag_and_the_fix(verb, ectl_here):
+    proc = ectl_here(*verb, "ten minutes")
+    assert proc.returncode == 2
+    text = flat(proc.stderr)
+    flag = verb[-1]
+    assert f"Invalid value for '{flag}'" in text, text
+    assert "'ten minutes' is not a duration; write e.g. 45s, 10m or 1h30m" in text
+    assert "Traceback" not in proc.stderr
+
+
+def test_timeout_reaches_helm_as_a_go_duration():
+    from elasticctr.cli._common import go_duration
+
+    assert go_duration("10m") == "10m"
+    assert go_duration("1h30m") == "1h30m"
+    assert go_duration("600") == "600s"  # helm itself refuses a bare number

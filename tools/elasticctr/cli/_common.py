@@ -10,6 +10,7 @@ import asyncio
 import enum
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -92,6 +93,55 @@ def print_data(output: OutputFormat, data: Any) -> bool:
         print_yaml(data)
         return True
     return False
+
+
+# --- durations ---------------------------------------------------------------------------
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                   "m": 60.0, "h": 3600.0}  # fmt: skip
+_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_SECONDS = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+DURATION_FIX = "write e.g. 45s, 10m or 1h30m (Go's duration format; a bare number is seconds)"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration as helm's --timeout and kubectl's --since take it (Go's
+    format: 300ms, 45s, 10m, 1h30m, 1.5h); a bare number is seconds. ValueError otherwise
+    (negative ones too)."""
+    value = text.strip()
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    body = value.removeprefix("+")
+    if not body or body.startswith("-"):
+        raise ValueError(f"{text!r} is not a duration" if body else "empty duration")
+    total, pos = 0.0, 0
+    while pos < len(body):
+        part = _DURATION_PART.match(body, pos)
+        if part is None:
+            raise ValueError(f"{text!r} is not a duration")
+        total += float(part.group(1)) * _DURATION_UNITS[part.group(2)]
+        pos = part.end()
+    return total
+
+
+def go_duration(value: str) -> str:
+    """--timeout: a duration helm accepts, checked here (a bad one fails before any work,
+    naming the flag); a bare number of seconds becomes `Ns`."""
+    try:
+        parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; {DURATION_FIX}") from None
+    value = value.strip()
+    return f"{value}s" if _SECONDS.fullmatch(value) else value
+
+
+def whole_seconds(value: str) -> int:
+    """--since: whole seconds, rounded up as kubectl does (0 = no limit)."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; {DURATION_FIX}") from None
+    return math.ceil(seconds)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

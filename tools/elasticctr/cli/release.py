@@ -51,7 +51,12 @@ CHART_OPTION = typer.Option(
     f"(pulled with helm; plain HTTP for a loopback registry) "
     f"(default: ${ENV_CHART_DIR} or charts/elasticctr).",
 )
-TIMEOUT_OPTION = typer.Option("10m", "--timeout", help="How long helm waits (Go duration).")
+TIMEOUT_OPTION = typer.Option(
+    "10m",
+    "--timeout",
+    callback=common.go_duration,
+    help="How long helm waits: 45s, 10m, 1h30m (Go duration; a bare number is seconds).",
+)
 WAIT_OPTION = typer.Option(
     False, "--wait/--no-wait", help="Wait until pods are ready and hook Jobs finished."
 )

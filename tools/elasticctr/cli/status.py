@@ -625,7 +625,14 @@ def logs(
     namespace: str | None = NAMESPACE_OPTION,
     follow: bool = typer.Option(False, "--follow", "-F", help="Keep streaming new lines."),
     tail: int = typer.Option(200, "--tail", help="Lines per pod to start from (-1 = all)."),
-    since: int | None = typer.Option(None, "--since", help="Only the last N seconds."),
+    since: int | None = typer.Option(
+        None,
+        "--since",
+        parser=common.whole_seconds,
+        metavar="DURATION",
+        help="Only lines newer than this, as kubectl logs --since: 45s, 10m, 1h30m (a bare "
+        "number is seconds).",
+    ),
     previous: bool = typer.Option(
         False, "--previous", help="The previous (crashed) container's logs."
     ),
@@ -640,7 +647,7 @@ def logs(
 
       ectl logs pserver --tail 50 --follow
 
-      ectl logs cube-transfer --since 600
+      ectl logs cube-transfer --since 10m
     """
     common.require_kube_extra("kubernetes")
     from kubernetes import client
