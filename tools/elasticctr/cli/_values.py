@@ -144,10 +144,6 @@ def _kind(value: Any) -> str:
     return "null" if value is None else f"the value {value!r}"
 
 
-class _NotList(Exception):
-    pass
-
-
 class _Parser:
     """helm's strvals parser over one item (`a.b=1,c[0]=x`), writing into `data` in place
     as helm's ParseInto does: maps and lists already there (from the files) are extended,

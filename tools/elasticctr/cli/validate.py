@@ -64,7 +64,7 @@ def validate(
         raise typer.BadParameter(
             "give the values files either as arguments or with -f/--values, not both (their "
             "order would be ambiguous): ectl validate -f base.yaml -f prod.yaml",
-            param_hint="'-f' / FILES",
+            param_hint="'-f' / FILE",
         )
     from elasticctr.values import load_files
 
