@@ -335,8 +335,7 @@ def cross_field_problems(values: Values) -> list[str]:
     rule(
         lambda: (
             (pc["create"] and not (pc["guaranteed"] and pc["trainer"]))
-            and "trainer.volcano.priorityClasses.create: needs both names, "
-            "guaranteed and trainer"
+            and "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer"
         )
     )
     rule(
