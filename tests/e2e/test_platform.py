@@ -13,8 +13,9 @@ trains:
   reason in `ectl status`, banner keeps serving its first hour, the others are untouched;
   the file is then replaced and banner trains the hour;
 - `push` is removed mid-run: cube and serving drop it, the others keep serving;
-- a tenant scheduled by Volcano in the guaranteed class and growth's queue takes the
-  growth trainers' CPU and leaves.
+- a tenant scheduled by Volcano in the guaranteed class and growth's queue takes the CPU
+  that coupon's second trainer borrowed (Volcano preempts that trainer, never one at the
+  job's minimum) and leaves; the trainer comes back.
 The others serve their own newest version (predictions equal a local `ectl serve` of that
 version), every sample is trained once, and the test prints time from `scenario add` to the
 first served version, the node's requested-CPU utilisation over the run, and the requests
@@ -332,6 +333,11 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
             upload(kube_cluster, name, local[name] / hour_dir[HOURS[1]], token)
         ectl(kube_cluster, "scenario", "remove", REMOVED, "-P", PLATFORM, "-n", NS, "--yes")
 
+        def coupon_trainers(n: int):
+            return lambda: scenario_list(kube_cluster)["coupon"]["trainers_running"] == n
+
+        # push's share freed: coupon's second trainer borrows it; the tenant takes it back.
+        wait_until("coupon's second trainer", coupon_trainers(TRAINERS), 300, kube_cluster, NS)
         apps = client.AppsV1Api(kube_cluster.api())
         allocatable, requested = node_cpu(kube_cluster)
         tenant_cpu = max(allocatable - requested, 0) + TRAINER_MILLICPU
@@ -350,8 +356,11 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
 
         wait_until("the tenant placed", tenant_running, 180, kube_cluster, NS)
         tenant_placed_s = time.monotonic() - t_tenant
-        time.sleep(15)
+        wait_until("coupon down to its minimum", coupon_trainers(1), 60, kube_cluster, NS)
         apps.delete_namespaced_deployment(TENANT, NS, propagation_policy="Foreground")
+        t_left = time.monotonic()
+        wait_until("coupon's trainer back", coupon_trainers(TRAINERS), 300, kube_cluster, NS)
+        back_s = time.monotonic() - t_left
 
         others = [n for n in SCENARIOS if n not in (CORRUPTED, REMOVED)]
         wait_until(
@@ -413,7 +422,8 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
         assert s["coordinator"]["samples"] == want, (name, s["coordinator"])
     utilisation = util.mean()
     print(
-        f"tenant placed in {tenant_placed_s:.1f} s ({tenant_cpu}m); node requested-CPU "
+        f"tenant placed in {tenant_placed_s:.1f} s ({tenant_cpu}m), coupon's trainer back "
+        f"{back_s:.1f} s after it left; node requested-CPU "
         f"utilisation over the run {utilisation:.1%}; scenario pserver "
         f"{platform['pserver_millicpu']}m, {TRAINERS} trainers of {TRAINER_MILLICPU}m each"
     )
