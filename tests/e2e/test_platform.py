@@ -400,6 +400,7 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
             proc = predict(kube_cluster, name, samples[name])
             assert f"version={version}" in proc.stderr, (name, proc.stderr)
             deployed = [float(x) for x in proc.stdout.split()]
+            (tmp_path / name).mkdir()
             want = releases.local_predictions(
                 kube_cluster, NS, PLATFORM, f"models/scenarios/{name}", version,
                 samples[name], tmp_path / name,
