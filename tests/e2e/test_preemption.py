@@ -38,11 +38,11 @@ import contextlib
 import json
 import os
 import subprocess
-import threading
 import time
 
 import pytest
 from tests.e2e import releases
+from tests.e2e.capacity import TENANT, Utilisation, node_cpu, tenant_deployment
 from tests.e2e.conftest import wait_until
 
 from elasticctr.cli.status import component_name
@@ -66,74 +66,7 @@ TRAINERS, MIN_TRAINERS = 3, 1
 # Requests of the release's other pods (coordinator and pserver, values below).
 OTHERS_MILLICPU = 50 + 200
 S3_SECRET = "s3-cred"
-TENANT = "tenant"
 AUC_TOLERANCE = 0.01
-
-
-def millicpu(quantity) -> int:
-    from kubernetes.utils import parse_quantity
-
-    return int(parse_quantity(quantity or "0") * 1000)
-
-
-def pod_cpu_request(pod) -> int:
-    """What kube-scheduler counts: the sum over containers, or the largest init container."""
-
-    def req(c):
-        return millicpu(((c.resources and c.resources.requests) or {}).get("cpu"))
-
-    return max(
-        sum(req(c) for c in pod.spec.containers),
-        max((req(c) for c in pod.spec.init_containers or []), default=0),
-    )
-
-
-def node_cpu(kube_cluster) -> tuple[int, int]:
-    """(allocatable millicores, millicores requested by the pods bound to the node and not
-    finished)."""
-    core = releases.core_api(kube_cluster)
-    (node,) = core.list_node(_request_timeout=10).items
-    allocatable = millicpu(node.status.allocatable["cpu"])
-    bound = core.list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node.metadata.name}", _request_timeout=10
-    ).items
-    requested = sum(
-        pod_cpu_request(p) for p in bound if p.status.phase not in ("Succeeded", "Failed")
-    )
-    return allocatable, requested
-
-
-class Utilisation:
-    """Samples the node's requested-CPU share every second on a thread."""
-
-    def __init__(self, kube_cluster):
-        self.h, self.samples, self._stop = kube_cluster, [], threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                allocatable, requested = node_cpu(self.h)
-                self.samples.append((time.monotonic(), requested / allocatable))
-            except Exception:  # noqa: BLE001 - a missed sample; the mean uses the others
-                pass
-            self._stop.wait(1.0)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(15)
-
-    def mean(self) -> float:
-        """Time-weighted mean over the sampled window."""
-        pts = self.samples
-        if len(pts) < 2:
-            return float("nan")
-        area = sum((t1 - t0) * u0 for (t0, u0), (t1, _) in zip(pts, pts[1:], strict=False))
-        return area / (pts[-1][0] - pts[0][0])
 
 
 def trainer_pods(kube_cluster, namespace: str) -> list:
@@ -233,39 +166,6 @@ def override_values(namespace: str, trainer_millicpu: int, s3) -> dict:
                 "resources": {
                     "requests": {"cpu": f"{trainer_millicpu}m", "memory": "384Mi"},
                     "limits": {"cpu": "1", "memory": "1Gi"},
-                },
-            },
-        },
-    }
-
-
-def tenant_deployment(millicores: int, priority_class: str) -> dict:
-    """A pod of Volcano (kube-scheduler would preempt trainers that Volcano re-places at
-    once, docs/coordinator.md) in a class above the trainers'."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": TENANT},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": TENANT}},
-            "template": {
-                "metadata": {"labels": {"app": TENANT}},
-                "spec": {
-                    "schedulerName": "volcano",
-                    "priorityClassName": priority_class,
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": "pause",
-                            "image": "elasticctr.local/pause:3.10",
-                            "imagePullPolicy": "Never",
-                            "resources": {
-                                "requests": {"cpu": f"{millicores}m", "memory": "16Mi"},
-                                "limits": {"memory": "32Mi"},
-                            },
-                        }
-                    ],
                 },
             },
         },

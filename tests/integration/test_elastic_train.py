@@ -474,6 +474,43 @@ def _leased_range(job, task_id: str) -> tuple[str, int, int]:
     raise AssertionError(f"no trainer log says it leased {task_id}")
 
 
+def test_a_file_over_the_malformed_bound_fails_its_task_with_the_reason(
+    dataset, monkeypatch
+) -> None:
+    """A file whose every line is malformed (more than global.data.maxErrorRate): each of
+    its tasks is given back with the reason, which the coordinator's progress (`ectl
+    status`) reports; nothing of it is counted. Once the file is whole again the tasks are
+    trained and every sample is counted once."""
+    copy = dataset["root"] / "data-malformed"
+    shutil.copytree(dataset["root"] / "data" / PARTITION, copy / PARTITION, dirs_exist_ok=True)
+    victim = sorted((copy / PARTITION).glob("part-*"))[-1]
+    whole = victim.read_bytes()
+    # Same size and line ends: the coordinator's byte ranges stay right once it is fixed.
+    victim.write_bytes(
+        b"".join(b"#" * (len(line) - 1) + b"\n" for line in whole.splitlines(keepends=True))
+    )
+
+    def act(job):
+        def reported():
+            progress = job.client().progress()
+            return "malformed" in str(progress.get("last_failure") or "") and progress
+
+        progress = _wait_for(reported, 120, "the malformed file reported")
+        assert progress["samples"] < dataset["trained"]
+        tmp = victim.with_name(".restore")
+        tmp.write_bytes(whole)
+        tmp.replace(victim)
+        return {"failure": progress["last_failure"]}
+
+    job, progress, manifest, info = _run(
+        dataset, "malformed", act, task_mb=2.0, source=(f"file://{copy}", ""), timeout=300
+    )
+    assert victim.name in info["failure"] and "lines malformed" in info["failure"], info
+    assert progress["tasks_failed"] >= 1
+    assert progress["finished"] and progress["samples"] == dataset["trained"]
+    assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
+
+
 def test_a_stored_file_truncated_while_read_fails_its_task_and_it_is_retried(
     dataset, served, request, monkeypatch
 ) -> None:

@@ -323,28 +323,6 @@ def cross_field_problems(values: Values) -> list[str]:
             )
         )
         vol = _dig(values, "trainer.volcano", {})
-        pc = vol.get("priorityClasses") or {}
-        rule(
-            lambda: (
-                (pc["create"] and not (pc["guaranteed"] and pc["trainer"]))
-                and "trainer.volcano.priorityClasses.create: needs both names, "
-                "guaranteed and trainer"
-            )
-        )
-        rule(
-            lambda: (
-                (pc["create"] and _int(pc["trainerValue"]) >= _int(pc["guaranteedValue"]))
-                and f"trainer.volcano.priorityClasses.trainerValue: {_int(pc['trainerValue'])} "
-                f"must be lower than guaranteedValue ({_int(pc['guaranteedValue'])})"
-            )
-        )
-        rule(
-            lambda: (
-                (pc["guaranteed"] and pc["guaranteed"] == pc["trainer"])
-                and "trainer.volcano.priorityClasses.trainer: must differ from guaranteed "
-                "(trainers are the preemptible part)"
-            )
-        )
         rule(
             lambda: (
                 (vol["createQueue"]["enabled"] and vol["queue"] == "default")
@@ -352,6 +330,28 @@ def cross_field_problems(values: Values) -> list[str]:
                 "name this release's queue in trainer.volcano.queue"
             )
         )
+    # Also a platform without a training job creates the classes for its scenarios.
+    pc = _dig(values, "trainer.volcano.priorityClasses", {}) or {}
+    rule(
+        lambda: (
+            (pc["create"] and not (pc["guaranteed"] and pc["trainer"]))
+            and "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer"
+        )
+    )
+    rule(
+        lambda: (
+            (pc["create"] and _int(pc["trainerValue"]) >= _int(pc["guaranteedValue"]))
+            and f"trainer.volcano.priorityClasses.trainerValue: {_int(pc['trainerValue'])} "
+            f"must be lower than guaranteedValue ({_int(pc['guaranteedValue'])})"
+        )
+    )
+    rule(
+        lambda: (
+            (pc["guaranteed"] and pc["guaranteed"] == pc["trainer"])
+            and "trainer.volcano.priorityClasses.trainer: must differ from guaranteed "
+            "(trainers are the preemptible part)"
+        )
+    )
 
     def s3_keys():
         s3 = g.get("s3") or {}

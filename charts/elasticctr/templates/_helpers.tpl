@@ -72,19 +72,20 @@ tools/elasticctr/values.py implements the same rules with the same messages for
     {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
   {{- end -}}
   {{- $vol := $v.trainer.volcano -}}
-  {{- $pc := $vol.priorityClasses -}}
-  {{- if and $pc.create (or (not $pc.guaranteed) (not $pc.trainer)) -}}
-    {{- $errs = append $errs "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer" -}}
-  {{- end -}}
-  {{- if and $pc.create (ge (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
-    {{- $errs = append $errs (printf "trainer.volcano.priorityClasses.trainerValue: %d must be lower than guaranteedValue (%d)" (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
-  {{- end -}}
-  {{- if and $pc.guaranteed (eq $pc.guaranteed $pc.trainer) -}}
-    {{- $errs = append $errs "trainer.volcano.priorityClasses.trainer: must differ from guaranteed (trainers are the preemptible part)" -}}
-  {{- end -}}
   {{- if and $vol.createQueue.enabled (eq $vol.queue "default") -}}
     {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}
   {{- end -}}
+{{- end -}}
+{{- /* Also a platform without a training job creates the classes for its scenarios. */ -}}
+{{- $pc := $v.trainer.volcano.priorityClasses -}}
+{{- if and $pc.create (or (not $pc.guaranteed) (not $pc.trainer)) -}}
+  {{- $errs = append $errs "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer" -}}
+{{- end -}}
+{{- if and $pc.create (ge (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
+  {{- $errs = append $errs (printf "trainer.volcano.priorityClasses.trainerValue: %d must be lower than guaranteedValue (%d)" (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
+{{- end -}}
+{{- if and $pc.guaranteed (eq $pc.guaranteed $pc.trainer) -}}
+  {{- $errs = append $errs "trainer.volcano.priorityClasses.trainer: must differ from guaranteed (trainers are the preemptible part)" -}}
 {{- end -}}
 {{- if and $g.s3.existingSecret (eq $g.s3.accessKeyIdKey $g.s3.secretAccessKeyKey) -}}
   {{- $errs = append $errs (printf "global.s3.secretAccessKeyKey: must differ from global.s3.accessKeyIdKey (%s): they name the two keys of %s" $g.s3.accessKeyIdKey $g.s3.existingSecret) -}}

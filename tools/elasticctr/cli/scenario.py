@@ -351,6 +351,19 @@ def add(
     for part in PLATFORM_PARTS:
         base[part] = {"enabled": False}
     base["tests"] = {"enabled": False}
+    # The platform's per-role PriorityClasses (it creates them): the scenario's coordinator
+    # and pservers high, its trainers low and preemptible, unless its files say otherwise.
+    pcs = ((pv.get("trainer") or {}).get("volcano") or {}).get("priorityClasses") or {}
+    if pcs.get("guaranteed") and pcs.get("trainer"):
+        base["trainer"] = {
+            "volcano": {
+                "priorityClasses": {
+                    "guaranteed": pcs["guaranteed"],
+                    "trainer": pcs["trainer"],
+                    "create": False,
+                }
+            }
+        }
 
     def check(values: dict[str, Any], namespace: str) -> None:
         from elasticctr import values as chart_values

@@ -518,8 +518,9 @@ class _Inputs:
 
 class ReadError(EctlError):
     """A range could not be read to its end (stored file truncated or removed, store
-    unreachable past the retry window, local file shorter than the range): nothing of it
-    may count as trained. `result` holds what the run did (its samples were trained)."""
+    unreachable past the retry window, local file shorter than the range), or held more
+    malformed lines than global.data.maxErrorRate allows: nothing of it may count as
+    trained. `result` holds what the run did (its samples were trained)."""
 
     def __init__(self, message: str, result: Result | None = None):
         super().__init__(message)
@@ -662,7 +663,14 @@ class NativeFeed:
         if not result.stopped:
             _raise_incomplete(inputs, per_range, result)
         for rng, label in zip(ranges, labels, strict=True):
-            per_range[label].check(rng.path, max_error_rate, self.hdfs_ugi)
+            try:
+                per_range[label].check(rng.path, max_error_rate, self.hdfs_ugi)
+            except ReadError:
+                raise
+            except EctlError as exc:  # too many malformed lines: the range failed, with why
+                problems = getattr(exc, "problems", None) or []
+                why = "; ".join([exc.message, *problems[:3]])
+                raise ReadError(why, result) from exc
         return result
 
     @staticmethod
