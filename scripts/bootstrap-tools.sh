@@ -148,9 +148,13 @@ seaweedfs
 # scripts/registry.sh); installed with apt when missing (CI runs as root
 # on a fresh machine).
 CLUSTER_APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables ipset conntrack busybox-static docker-registry)
+# promtool checks and unit-tests the alerting rules the chart ships (tests/prometheus,
+# docs/operations.md): Debian's `prometheus` package, bookworm's 2.42 series (checked below).
+PROMETHEUS_APT_PACKAGES=(prometheus)
+PROMTOOL_SERIES=2.42
 cluster_apt() {
   local missing=() pkg
-  for pkg in "${CLUSTER_APT_PACKAGES[@]}"; do
+  for pkg in "${CLUSTER_APT_PACKAGES[@]}" "${PROMETHEUS_APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
   done
   [ "${#missing[@]}" -eq 0 ] && return 0
@@ -161,12 +165,13 @@ cluster_apt() {
         --no-install-recommends "${missing[@]}" >&2 \
       || { echo "bootstrap-tools: apt-get install ${missing[*]} failed" >&2; exit 1; }
   else
-    echo "bootstrap-tools: the cluster tests need: apt-get install ${missing[*]}" >&2
+    echo "bootstrap-tools: the tests need: apt-get install ${missing[*]}" >&2
     exit 1
   fi
 }
 cluster_apt
 ln -sf /usr/bin/etcd "$BIN/etcd"
+ln -sf /usr/bin/promtool "$BIN/promtool"
 
 # Kubernetes: one multi-call binary `kube` (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kube-proxy, and kubectl for chart-testing's `ct install`) built
@@ -309,4 +314,5 @@ report local-path local-path-provisioner --version
 report containerd containerd --version
 report ct ct version
 report etcd etcd --version
+report promtool bash -c "promtool --version 2>&1 | grep -m1 -E '^promtool, version ${PROMTOOL_SERIES//./\\.}\\.'"
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }
