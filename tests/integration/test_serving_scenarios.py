@@ -177,7 +177,7 @@ def test_every_scenario_is_served_by_its_own_version(platform):
     assert httpx.get(env["serve"].url + "/v1/scenarios/coupon/predict").status_code == 405
     metrics = httpx.get(env["serve"].url + "/metrics").text
     assert 'route="/v1/scenarios/{name}/predict"' in metrics and "nosuch" not in metrics
-    assert f'ectl_serving_version_info{{scenario="feed",version="{V1}"}} 1.0' in metrics
+    assert f'elasticctr_serving_version_info{{scenario="feed",version="{V1}"}} 1.0' in metrics
     r = httpx.post(env["serve"].url + "/admin/version", json={"scenario": "Bad!", "version": V1})
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_scenario"
 
