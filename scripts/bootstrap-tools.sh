@@ -141,6 +141,22 @@ seaweedfs() {
 }
 seaweedfs
 
+# prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule) for kubeconform:
+# the chart's monitors are validated against them (tests/chart/test_observability.py). From
+# the pinned Go module (module proxy; its example/prometheus-operator-crd), linked as
+# .tools/prometheus-operator-crd.
+PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
+prometheus_operator_crds() {
+  local dir
+  dir=$(cd "$CACHE" && go mod download -json "$PROMETHEUS_OPERATOR_MODULE@$PROMETHEUS_OPERATOR_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] && [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] \
+    || { echo "bootstrap-tools: go mod download $PROMETHEUS_OPERATOR_MODULE failed" >&2; exit 1; }
+  ln -sfn "$dir/example/prometheus-operator-crd" "$TOOLS/prometheus-operator-crd"
+}
+prometheus_operator_crds
+
 # Real-cluster tests and the cluster harness (docs/cluster-tests.md).
 # Debian packages: etcd (etcd-server), a containerd for the kubelet (containerd, runc), the CNI
 # plugins (containernetworking-plugins), iptables/ipset/conntrack for kube-proxy, and a static
@@ -314,5 +330,6 @@ report local-path local-path-provisioner --version
 report containerd containerd --version
 report ct ct version
 report etcd etcd --version
+report prom-op-crds bash -c "test -f '$TOOLS/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml' && echo $PROMETHEUS_OPERATOR_VERSION"
 report promtool bash -c "promtool --version 2>&1 | grep -m1 -E '^promtool, version ${PROMTOOL_SERIES//./\\.}\\.'"
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }
