@@ -375,3 +375,53 @@ def test_scrapes_run_beside_the_parts_threads(scraped):
     finally:
         stop.set()
         thread.join()
+
+
+# --- the names where people read them ---------------------------------------------------------
+
+RENAMED = {"elasticctr_coordinator_trainer_samples_per_second"}
+"""Old names docs/operations.md names as moved (nothing else may use them)."""
+_TOKEN = re.compile(r"\b((?:elasticctr|ectl)_[a-z0-9_]*[a-z0-9])(?![a-z0-9_])")
+
+
+def _repo():
+    from elasticctr.constants import repo_root
+
+    return repo_root()
+
+
+def _texts() -> dict[str, str]:
+    root = _repo()
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    files += sorted((root / "bench").rglob("*.py"))
+    files += [p for p in sorted((root / "tests").rglob("*")) if p.suffix in {".py", ".yaml"}]
+    files += sorted((root / "charts" / "elasticctr" / "files").rglob("*.*"))
+    me = root / "tests" / "unit" / "test_metrics.py"
+    return {str(p.relative_to(root)): p.read_text() for p in files if p.is_file() and p != me}
+
+
+def _declared(name: str) -> bool:
+    base = re.sub(r"_(bucket|sum|count)$", "", name)
+    return name in M.ALL or (base in M.ALL and M.ALL[base].kind == "histogram")
+
+
+def test_docs_tests_and_bench_use_declared_names_only():
+    """Every metric name written in the docs, tests, bench and the chart's dashboard and
+    rules is one the parts expose: no `ectl_cube_*`, no renamed name left behind."""
+    wrong = {}
+    for where, text in _texts().items():
+        for name in _TOKEN.findall(text):
+            if name.startswith("ectl_") and not name.startswith(("ectl_cube", "ectl_serving")):
+                continue  # ectl_show and other identifiers, not metrics
+            if _declared(name) or (name in RENAMED and where == "docs/operations.md"):
+                continue
+            wrong.setdefault(name, []).append(where)
+    assert not wrong
+
+
+def test_docs_operations_lists_every_metric():
+    text = (_repo() / "docs" / "operations.md").read_text()
+    parts = ("coordinator", "fileserver", "cube", "cube_transfer", "serving")
+    listed = set(re.findall(r"`(elasticctr_[a-z0-9_<>]+)`", text))
+    listed |= {n.replace("<part>", p) for n in listed if "<part>" in n for p in parts}
+    assert set(M.ALL) - listed == set()
