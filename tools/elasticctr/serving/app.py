@@ -146,6 +146,9 @@ class Metrics:
 
 
 class _ScrapeCollector:
+    """Each scenario's served version and model freshness, read at scrape time, and the
+    HTTP layer's stats."""
+
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
 
@@ -159,9 +162,8 @@ class _ScrapeCollector:
             sv = mgr.current
             if sv is None:
                 continue
-            start = M.version_timestamp(sv.version, m.tz)
-            when.add_metric([name], start)
-            fresh.add_metric([name], now - start - M.HOUR_SECONDS)
+            when.add_metric([name], M.version_timestamp(sv.version, m.tz))
+            fresh.add_metric([name], M.freshness_seconds(sv.version, now, m.tz))
         yield when
         yield fresh
         yield from M.http_families(M.SERVING_HTTP, m.http_stats)
