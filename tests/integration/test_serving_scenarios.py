@@ -91,7 +91,8 @@ def platform(tmp_path_factory):
         )  # fmt: skip
         start(["cube", "transfer", "--model-store", store_url, "--cube-root", str(tmp / "root"),
                "--scenarios", str(registry.root), "--interval", "0.5",
-               "--notify", serve.url + "/admin/version",
+               # A free port: another run's watcher may hold the default 8510.
+               "--listen", "127.0.0.1:0", "--notify", serve.url + "/admin/version",
                *[a for u in urls for a in ("--shard-url", u)]], "transfer")  # fmt: skip
         yield {
             "serve": serve,
