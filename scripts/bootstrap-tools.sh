@@ -141,6 +141,22 @@ seaweedfs() {
 }
 seaweedfs
 
+# prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule) for kubeconform:
+# the chart's monitors are validated against them (tests/chart/test_observability.py). From
+# the pinned Go module (module proxy; its example/prometheus-operator-crd), linked as
+# .tools/prometheus-operator-crd.
+PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
+prometheus_operator_crds() {
+  local dir
+  dir=$(cd "$CACHE" && go mod download -json "$PROMETHEUS_OPERATOR_MODULE@$PROMETHEUS_OPERATOR_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] && [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] \
+    || { echo "bootstrap-tools: go mod download $PROMETHEUS_OPERATOR_MODULE failed" >&2; exit 1; }
+  ln -sfn "$dir/example/prometheus-operator-crd" "$TOOLS/prometheus-operator-crd"
+}
+prometheus_operator_crds
+
 # Real-cluster tests and the cluster harness (docs/cluster-tests.md).
 # Debian packages: etcd (etcd-server), a containerd for the kubelet (containerd, runc), the CNI
 # plugins (containernetworking-plugins), iptables/ipset/conntrack for kube-proxy, and a static
@@ -148,9 +164,13 @@ seaweedfs
 # scripts/registry.sh); installed with apt when missing (CI runs as root
 # on a fresh machine).
 CLUSTER_APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables ipset conntrack busybox-static docker-registry)
+# promtool checks and unit-tests the alerting rules the chart ships (tests/prometheus,
+# docs/operations.md): Debian's `prometheus` package, bookworm's 2.42 series (checked below).
+PROMETHEUS_APT_PACKAGES=(prometheus)
+PROMTOOL_SERIES=2.42
 cluster_apt() {
   local missing=() pkg
-  for pkg in "${CLUSTER_APT_PACKAGES[@]}"; do
+  for pkg in "${CLUSTER_APT_PACKAGES[@]}" "${PROMETHEUS_APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
   done
   [ "${#missing[@]}" -eq 0 ] && return 0
@@ -161,12 +181,13 @@ cluster_apt() {
         --no-install-recommends "${missing[@]}" >&2 \
       || { echo "bootstrap-tools: apt-get install ${missing[*]} failed" >&2; exit 1; }
   else
-    echo "bootstrap-tools: the cluster tests need: apt-get install ${missing[*]}" >&2
+    echo "bootstrap-tools: the tests need: apt-get install ${missing[*]}" >&2
     exit 1
   fi
 }
 cluster_apt
 ln -sf /usr/bin/etcd "$BIN/etcd"
+ln -sf /usr/bin/promtool "$BIN/promtool"
 
 # Kubernetes: one multi-call binary `kube` (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kube-proxy, and kubectl for chart-testing's `ct install`) built
@@ -309,4 +330,6 @@ report local-path local-path-provisioner --version
 report containerd containerd --version
 report ct ct version
 report etcd etcd --version
+report prom-op-crds bash -c "test -f '$TOOLS/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml' && echo $PROMETHEUS_OPERATOR_VERSION"
+report promtool bash -c "promtool --version 2>&1 | grep -m1 -E '^promtool, version ${PROMTOOL_SERIES//./\\.}\\.'"
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }

@@ -180,10 +180,10 @@ def main() -> None:
                   f"p99 x{b['p99_ms'] / a['p99_ms']:.1f} lower", flush=True)  # fmt: skip
         stats = httpx.get(f"http://127.0.0.1:{ectl_port}/metrics").text
         sums = {ln.split()[0]: float(ln.split()[1]) for ln in stats.splitlines()
-                if ln.startswith(("ectl_serving_batch_samples_sum",
-                                  "ectl_serving_batch_samples_count"))}  # fmt: skip
-        mean = sums["ectl_serving_batch_samples_sum"] / max(
-            sums["ectl_serving_batch_samples_count"], 1
+                if ln.startswith(("elasticctr_serving_batch_samples_sum",
+                                  "elasticctr_serving_batch_samples_count"))}  # fmt: skip
+        mean = sums["elasticctr_serving_batch_samples_sum"] / max(
+            sums["elasticctr_serving_batch_samples_count"], 1
         )
         print(f"ectl mean dynamic batch: {mean:.1f} samples")
         print(f"load average now: {os.getloadavg()}")

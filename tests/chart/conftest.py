@@ -23,10 +23,16 @@ def kubeconform() -> str:
 @pytest.fixture(scope="session")
 def kube_schema_locations() -> dict[str, list[str]]:
     """kubeconform -schema-location flags per Kubernetes version: the Kubernetes schemas of
-    the kubernetes-validate package (rewritten to resolve offline) and the Volcano CRDs of
-    ../shared converted into .tools/schemas/crds."""
+    the kubernetes-validate package (rewritten to resolve offline), the Volcano CRDs of
+    ../shared and prometheus-operator's (ServiceMonitor, PodMonitor, PrometheusRule: the
+    chart's monitors; bootstrap-tools.sh links them) converted into .tools/schemas/crds."""
     crds = sorted(shared_path("crds", "volcano").glob("*.yaml"))
     assert crds, "no Volcano CRDs in ../shared/crds/volcano"
+    monitoring = REPO / ".tools" / "prometheus-operator-crd"
+    kinds = ("servicemonitors", "podmonitors", "prometheusrules")
+    crds += [monitoring / f"monitoring.coreos.com_{kind}.yaml" for kind in kinds]
+    if not all(c.is_file() for c in crds):
+        pytest.fail(f"prometheus-operator CRDs missing in {monitoring}: run `make tools`")
     run = [sys.executable, str(REPO / "scripts" / "k8s-jsonschema.py"), str(SCHEMAS)]
     subprocess.run(run + list(KUBE_VERSIONS), check=True, capture_output=True, text=True)
     convert = [

@@ -115,6 +115,12 @@ BAD_VALUES = [
     ({"serving": {"service": {"type": "External"}}}, "at '/service/type'"),
     ({"trainer": {"trainer": {"resources": {"limits": {"cpu": "lots"}}}}}, "/trainer/resources"),
     ({"trainer": {"staging": {"accessMode": "ReadOnlyMany"}}}, "at '/staging/accessMode'"),
+    ({"global": {"data": {"utcOffset": "+8"}}}, "at '/global/data/utcOffset'"),
+    ({"global": {"metrics": {"serviceMonitor": {"interval": "30 s"}}}}, "/serviceMonitor/interval"),
+    ({"global": {"metrics": {"allowFromNamespaces": {"team": 1}}}}, "/allowFromNamespaces/team"),
+    ({"global": {"metrics": {"dashboard": {"lables": {}}}}}, "additional properties 'lables'"),
+    ({"global": {"metrics": {"dashboard": {"namespace": "A_b"}}}}, "/dashboard/namespace"),
+    ({"cube": {"metrics": {"enabled": "yes"}}}, "at '/metrics/enabled'"),
 ]
 
 
@@ -212,6 +218,20 @@ AGREEMENT_CASES = [
         },
     },
     {"global": {"s3": {"existingSecret": "s3", "accessKeyIdKey": "k", "secretAccessKeyKey": "k"}}},
+    # Prometheus as users run it (docs/operations.md): every key (bad ones: BAD_VALUES).
+    {
+        "global": {
+            "data": {"utcOffset": "+08:00"},
+            "metrics": {
+                "serviceMonitor": {"enabled": True, "interval": "1m", "labels": {"r": "kps"}},
+                "allowFromNamespaces": {"kubernetes.io/metadata.name": "monitoring"},
+                "allowFromPods": {"app.kubernetes.io/name": "prometheus"},
+                "dashboard": {"enabled": True, "namespace": "grafana", "annotations": {"f": "x"}},
+                "prometheusRule": {"enabled": True, "labels": {"role": "alert-rules"}},
+            },
+        },
+        **{part: {"metrics": {"enabled": False}} for part in ("cube", "serving", "trainer")},
+    },
 ]
 
 

@@ -1,5 +1,6 @@
 """yamllint over the hand-written YAML of the chart part (values files, chart metadata,
-helm-unittest suites, ct.yaml); Go templates are not YAML and are checked by rendering."""
+helm-unittest suites, ct.yaml, the alerting rules and their promtool tests); Go templates
+are not YAML and are checked by rendering."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def yaml_files() -> list[str]:
     files = [REPO / "ct.yaml", *sorted((REPO / "values").glob("*.yaml"))]
     files += [CHART / "Chart.yaml", CHART / "values.yaml", *sorted((CHART / "ci").glob("*.yaml"))]
     files += sorted((CHART / "tests").glob("*.yaml"))
+    files += sorted((CHART / "files").rglob("*.yaml"))
+    files += sorted((REPO / "tests" / "prometheus").glob("*.yaml"))
     for sub in sorted((CHART / "charts").iterdir()):
         files += [sub / "Chart.yaml", sub / "values.yaml"]
     return [str(f) for f in files]

@@ -74,8 +74,8 @@ def test_fileserver_serves_and_stores_files(docker, images, scratch):
     lines = dict(
         line.split(" ", 1) for line in metrics.text.splitlines() if not line.startswith("#")
     )
-    assert float(lines["elasticctr_fileserver_files_stored_total"]) == 1
-    assert float(lines["elasticctr_fileserver_bytes_stored_total"]) == 3
+    assert float(lines["elasticctr_fileserver_stored_files_total"]) == 1
+    assert float(lines["elasticctr_fileserver_stored_bytes_total"]) == 3
     assert float(lines["elasticctr_fileserver_unauthorized_total"]) == 1
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _cube_procs import DIM, ShardProc, make_version, random_keys, version_rows
 
+from elasticctr import metrics as M
 from elasticctr.cube.builder import build_version, version_dir
 from elasticctr.cube.client import CubeClient, ShardClient, ShardError
 from elasticctr.cube.format import shard_of
@@ -117,13 +118,15 @@ def test_metrics_are_prometheus_text_and_count_keys(cube):
     _, before = scrape()
     ShardClient(procs[0].url).lookup(np.array([0, 1, 2], np.uint64))
     text, after = scrape()
-    assert "# TYPE ectl_cube_lookup_seconds histogram" in text
-    assert after["ectl_cube_keys_total"] - before["ectl_cube_keys_total"] == 3
-    assert after["ectl_cube_missing_keys_total"] - before["ectl_cube_missing_keys_total"] >= 2
-    assert after["ectl_cube_ready"] == 1
-    assert (
-        after[f'ectl_cube_version_loaded{{committed="true",table="default",version="{V1}"}}'] == 1
-    )
+    assert "# TYPE elasticctr_cube_lookup_seconds histogram" in text
+    keys, missing = "elasticctr_cube_keys_total", "elasticctr_cube_missing_keys_total"
+    assert after[keys] - before[keys] == 3
+    assert after[missing] - before[missing] >= 2
+    assert after["elasticctr_cube_ready"] == 1
+    loaded = f'committed="true",scenario="default",version="{V1}"'
+    assert after[f"elasticctr_cube_version_loaded{{{loaded}}}"] == 1
+    stamp = M.version_timestamp(V1)
+    assert after['elasticctr_cube_committed_version_timestamp_seconds{scenario="default"}'] == stamp
 
 
 def _raw(port: int, data: bytes) -> bytes:

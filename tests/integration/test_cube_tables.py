@@ -232,6 +232,7 @@ def test_transfer_process_follows_a_scenario_folder(platform, tmp_path):
         sys.executable, "-m", "elasticctr.cli.main", "cube", "transfer",
         "--model-store", str(env["store"]), "--cube-root", str(env["cube_root"]),
         "--scenarios", str(env["registry"].root), "--interval", "0.5",
+        "--listen", "127.0.0.1:0",  # another run's watcher may hold the default 8510
         *[a for p in env["procs"] for a in ("--shard-url", p.url)],
     ]  # fmt: skip
     log = open(tmp_path / "transfer.log", "wb")  # noqa: SIM115 - the child owns it

@@ -142,8 +142,8 @@ def test_metrics_count_reads_writes_deletes_and_refusals(fileserver):
     url, root = fileserver
     before = requests.get(f"{url}/metrics", timeout=5)
     assert before.status_code == 200 and before.headers["Content-Type"].startswith("text/plain")
-    served0 = _metric(before.text, "elasticctr_fileserver_bytes_served_total")
-    stored0 = _metric(before.text, "elasticctr_fileserver_files_stored_total")
+    served0 = _metric(before.text, "elasticctr_fileserver_served_bytes_total")
+    stored0 = _metric(before.text, "elasticctr_fileserver_stored_files_total")
     refused0 = _metric(before.text, "elasticctr_fileserver_unauthorized_total")
     deletes0 = _metric(before.text, "elasticctr_fileserver_deletes_total")
 
@@ -156,8 +156,8 @@ def test_metrics_count_reads_writes_deletes_and_refusals(fileserver):
     assert requests.delete(f"{url}/m/one.bin", headers=auth(), timeout=5).status_code == 204
 
     after = requests.get(f"{url}/metrics", timeout=5).text
-    assert _metric(after, "elasticctr_fileserver_bytes_served_total") == served0 + 1010
-    assert _metric(after, "elasticctr_fileserver_files_stored_total") == stored0 + 1
+    assert _metric(after, "elasticctr_fileserver_served_bytes_total") == served0 + 1010
+    assert _metric(after, "elasticctr_fileserver_stored_files_total") == stored0 + 1
     assert _metric(after, "elasticctr_fileserver_unauthorized_total") == refused0 + 1
     assert _metric(after, "elasticctr_fileserver_deletes_total") == deletes0 + 1
     assert "elasticctr_fileserver_http_connections " in after

@@ -122,7 +122,7 @@ def test_concurrent_requests_are_batched_and_answered_in_order(server, store, de
     got = np.array([results[j][0] for j in range(len(lines))])
     np.testing.assert_allclose(got, want, atol=1e-6)
     metrics = httpx.get(server.url + "/metrics").text
-    assert "ectl_serving_batch_samples_count" in metrics
+    assert "elasticctr_serving_batch_samples_count" in metrics
 
 
 BAD = [

@@ -91,7 +91,8 @@ def platform(tmp_path_factory):
         )  # fmt: skip
         start(["cube", "transfer", "--model-store", store_url, "--cube-root", str(tmp / "root"),
                "--scenarios", str(registry.root), "--interval", "0.5",
-               "--notify", serve.url + "/admin/version",
+               # A free port: another run's watcher may hold the default 8510.
+               "--listen", "127.0.0.1:0", "--notify", serve.url + "/admin/version",
                *[a for u in urls for a in ("--shard-url", u)]], "transfer")  # fmt: skip
         yield {
             "serve": serve,
@@ -177,7 +178,7 @@ def test_every_scenario_is_served_by_its_own_version(platform):
     assert httpx.get(env["serve"].url + "/v1/scenarios/coupon/predict").status_code == 405
     metrics = httpx.get(env["serve"].url + "/metrics").text
     assert 'route="/v1/scenarios/{name}/predict"' in metrics and "nosuch" not in metrics
-    assert f'ectl_serving_version_info{{scenario="feed",version="{V1}"}} 1.0' in metrics
+    assert f'elasticctr_serving_version_info{{scenario="feed",version="{V1}"}} 1.0' in metrics
     r = httpx.post(env["serve"].url + "/admin/version", json={"scenario": "Bad!", "version": V1})
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_scenario"
 

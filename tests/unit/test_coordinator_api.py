@@ -48,8 +48,8 @@ def test_full_cycle_through_client(api):
     progress = client.progress()
     assert progress["samples"] == 10 and progress["finished"]
     metrics = requests.get(url + "/metrics", timeout=5).text
-    assert 'elasticctr_coordinator_tasks{state="done"} 2.0' in metrics
-    assert "elasticctr_coordinator_partitions_exported 1.0" in metrics
+    assert 'elasticctr_coordinator_tasks{scenario="default",state="done"} 2.0' in metrics
+    assert 'elasticctr_coordinator_partitions_exported{scenario="default"} 1.0' in metrics
 
 
 @pytest.mark.parametrize(

@@ -460,3 +460,33 @@ def test_validate_non_utf8_values_file_is_a_clear_error(tmp_path, ectl_here):
 
     with pytest.raises(ValidationError, match="not UTF-8"):
         load_values(latin1)
+
+
+@pytest.mark.fast
+def test_validate_takes_the_metrics_values_of_docs_operations(tmp_path, ectl_here):
+    """The `metrics.yaml` of docs/operations.md ("Turn it on") is valid as it is; the same
+    keys with wrong values are each reported."""
+    text = (repo_root() / "docs" / "operations.md").read_text()
+    block = text.split("# metrics.yaml, beside your values file\n", 1)[1].split("```", 1)[0]
+    good = tmp_path / "metrics.yaml"
+    good.write_text(block)
+    assert load(good)["global"]["metrics"]["serviceMonitor"]["enabled"] is True
+    proc = ectl_here("validate", str(VALUES_DIR / "demo.yaml"), str(good))
+    assert proc.returncode == 0, proc.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "global:\n  data: {utcOffset: '+8'}\n  metrics:\n"
+        "    serviceMonitor: {enabled: yes-please, interval: 30sec}\n"
+        "    dashboard: {label: {}}\n"
+        "serving:\n  metrics: {enabled: 1}\n"
+    )
+    proc = ectl_here("validate", str(bad))
+    assert proc.returncode == 2
+    for path in (
+        "global.data.utcOffset",
+        "global.metrics.serviceMonitor.enabled",
+        "global.metrics.serviceMonitor.interval",
+        "global.metrics.dashboard.label",
+        "serving.metrics.enabled",
+    ):
+        assert f"{path}: " in proc.stderr, (path, proc.stderr)

@@ -30,6 +30,11 @@ ENV_NAMESPACE = "ELASTICCTR_NAMESPACE"
 """Default Kubernetes namespace for the cluster verbs (else the kubeconfig context's)."""
 
 # --- data format ----------------------------------------------------------------------
+ENV_DATA_UTC_OFFSET = "ELASTICCTR_DATA_UTC_OFFSET"
+"""UTC offset (`+08:00`, `-05:00`, `UTC`) of the clock the data hours are named in
+(global.data.utcOffset); UTC when unset. Only /metrics reads it: version timestamps and
+model freshness (elasticctr.metrics)."""
+
 DONEFILE = "donefile"
 """A partition or model version is complete only when this marker file exists."""
 
@@ -149,6 +154,10 @@ Short: with the native pipeline a task of a small hour trains in well under a se
 and a trainer that slept 5 s through a checkpoint export missed the whole next hour."""
 DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
 """Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
+ENV_COORDINATOR_TRAINERS_FILE = "ECTL_COORDINATOR_TRAINERS_FILE"
+"""JSON `{"min": m, "max": n}` of the trainer task (trainer.trainer.minReplicas and
+replicas) for the coordinator's /metrics: a ConfigMap the chart mounts, outside the job's
+spec, so scaling changes it in place (docs/operations.md)."""
 ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"
 """How long a trainer waits for every pserver endpoint to accept TCP connections."""
 DEFAULT_PSERVER_WAIT_SECONDS = 300.0

@@ -188,6 +188,8 @@ class Response:
     body: bytes | list[bytes] = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    error_code: str | None = None
+    """The error body's code (`error`): what a service counts errors by on /metrics."""
 
     @staticmethod
     def json(status: int, doc) -> Response:
@@ -195,41 +197,20 @@ class Response:
 
     @staticmethod
     def error(status: int, code: str, message: str, **extra) -> Response:
-        return Response(status, error_body(status, code, message, **extra))
+        resp = Response(status, error_body(status, code, message, **extra))
+        resp.error_code = code
+        return resp
 
 
 @dataclass
 class HttpStats:
-    """What the layer did, for each service's /metrics (see `stats_metrics`)."""
+    """What the layer did, for each service's /metrics (`elasticctr.metrics.http_families`)."""
 
     open: int = 0
     refused: int = 0
     header_timeouts: int = 0
     idle_timeouts: int = 0
     protocol_errors: int = 0
-
-
-def stats_metrics(prefix: str, stats: HttpStats):
-    """prometheus_client metric families for a collector's collect()."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-    yield GaugeMetricFamily(f"{prefix}_http_connections", "Open connections.", value=stats.open)
-    yield CounterMetricFamily(
-        f"{prefix}_http_connections_refused",
-        "Connections refused over the connection cap.",
-        value=stats.refused,
-    )
-    timeouts = CounterMetricFamily(
-        f"{prefix}_http_timeouts", "Connections closed by a timeout.", labels=["kind"]
-    )
-    timeouts.add_metric(["header"], stats.header_timeouts)
-    timeouts.add_metric(["idle"], stats.idle_timeouts)
-    yield timeouts
-    yield CounterMetricFamily(
-        f"{prefix}_http_protocol_errors",
-        "Requests refused before routing (framing, size, syntax).",
-        value=stats.protocol_errors,
-    )
 
 
 def encode_response(resp: Response, keep_alive: bool) -> bytes:

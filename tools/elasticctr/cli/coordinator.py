@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from elasticctr import constants as C
+from elasticctr import scenarios
 from elasticctr.errors import EctlError
 
 
@@ -65,10 +66,16 @@ def coordinator(
 
     data: dict = {}
     model_store = ""
+    scenario, utc_offset = scenarios.DEFAULT, None
     if values is not None:
-        from elasticctr.train.config import load
+        from elasticctr.train.config import from_values, load_values
 
-        cfg = load(values)
+        raw = load_values(values)
+        cfg = from_values(raw)
+        glob = raw.get("global") if isinstance(raw.get("global"), dict) else {}
+        scen, dat = glob.get("scenario"), glob.get("data")
+        scenario = (scen.get("name") if isinstance(scen, dict) else None) or scenarios.DEFAULT
+        utc_offset = (dat.get("utcOffset") if isinstance(dat, dict) else None) or None
         data = {
             "path": cfg.data_path,
             "start": cfg.start_date_hour,
@@ -101,6 +108,8 @@ def coordinator(
         window=window,
         checkpoint_every=checkpoint_every,
         poll_seconds=poll_seconds,
+        scenario=scenario,
+        utc_offset=utc_offset,
     )
     run(settings, host, port)
 

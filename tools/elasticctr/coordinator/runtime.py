@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from elasticctr import constants as C
+from elasticctr import metrics, scenarios
 from elasticctr.coordinator.core import (
     CHECKPOINT_STATE,
     Coordinator,
@@ -39,6 +40,10 @@ class CoordinatorSettings:
     checkpoint_every: int = C.DEFAULT_COORDINATOR_CHECKPOINT_EVERY
     poll_seconds: float = C.DEFAULT_COORDINATOR_POLL_SECONDS
     skip_missing_after: float | None = None
+    scenario: str = scenarios.DEFAULT
+    """Labels the version metrics (global.scenario.name)."""
+    utc_offset: str | None = None
+    """Clock of the data hours (global.data.utcOffset; else $ELASTICCTR_DATA_UTC_OFFSET)."""
 
 
 def discover(settings: CoordinatorSettings, stop: threading.Event) -> Iterator[PartitionSpec]:
@@ -106,7 +111,8 @@ def run(settings: CoordinatorSettings, host: str, port: int) -> None:
     coordinator = build(settings)
     stop = threading.Event()
     failure: list[Exception] = []
-    server = CoordinatorServer((host, port), coordinator)
+    tz = metrics.parse_utc_offset(settings.utc_offset) if settings.utc_offset else None
+    server = CoordinatorServer((host, port), coordinator, scenario=settings.scenario, data_tz=tz)
 
     def on_error(exc: Exception) -> None:
         failure.append(exc)

@@ -14,24 +14,30 @@ API (docs/coordinator.md):
 Served by the threaded front end of elasticctr.httpd (timeouts, connection cap, framing
 checks, one error body `{"error": {"code", "message"}}`). Trainer ids are client-supplied:
 they must match TRAINER_ID (else 400), and /metrics shows at most MAX_TRAINER_SERIES of
-them (the rest are summed in `elasticctr_coordinator_trainers`).
+them (the rest are counted in `elasticctr_coordinator_trainers`). Metric names live in
+elasticctr.metrics (docs/operations.md).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from elasticctr import metrics as M
+from elasticctr import scenarios
+from elasticctr.constants import ENV_COORDINATOR_TRAINERS_FILE
 from elasticctr.coordinator.core import Coordinator, PartitionSpec
 from elasticctr.errors import EctlError
-from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer, stats_metrics
+from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
 
 _MAX_BODY = 1 << 20
 TRAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -42,9 +48,23 @@ MAX_TRAINER_SERIES = 256
 
 class CoordinatorServer(ThreadedServer):
     def __init__(
-        self, address: tuple[str, int], coordinator: Coordinator, limits: Limits | None = None
+        self,
+        address: tuple[str, int],
+        coordinator: Coordinator,
+        limits: Limits | None = None,
+        *,
+        scenario: str = scenarios.DEFAULT,
+        data_tz: dt.timezone | None = None,
+        trainers_file: str | None = None,
     ):
+        """`scenario` labels the version metrics; `data_tz` is the clock of the data hours
+        (elasticctr.metrics); `trainers_file` the trainer task's `{"min", "max"}` (default:
+        $ECTL_COORDINATOR_TRAINERS_FILE)."""
         self.coordinator = coordinator
+        self.scenario = scenario
+        self.data_tz = data_tz or M.data_timezone()
+        self.trainers_file = trainers_file or os.environ.get(ENV_COORDINATOR_TRAINERS_FILE)
+        self.started_at = time.time()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         super().__init__(address, _Handler, limits or Limits.from_env(max_body_bytes=_MAX_BODY))
@@ -136,39 +156,70 @@ class _Collector:
         self.server = server
 
     def collect(self):
-        progress = self.server.coordinator.progress()
-        tasks = GaugeMetricFamily(
-            "elasticctr_coordinator_tasks", "Tasks by state.", labels=["state"]
-        )
+        srv = self.server
+        progress = srv.coordinator.progress()
+        label = [srv.scenario]
+        tasks = M.COORDINATOR_TASKS.family()
         for state in ("done", "leased", "pending"):
-            tasks.add_metric([state], progress[f"tasks_{state}"])
+            tasks.add_metric([*label, state], progress[f"tasks_{state}"])
         yield tasks
-        yield CounterMetricFamily(
-            "elasticctr_coordinator_tasks_retried",
-            "Tasks leased again after a failure or lease expiry.",
-            value=progress["tasks_retried"],
-        )
-        yield CounterMetricFamily(
-            "elasticctr_coordinator_samples", "Samples completed.", value=progress["samples"]
-        )
+        yield _one(M.COORDINATOR_TASKS_RETRIED, label, progress["tasks_retried"])
+        yield _one(M.COORDINATOR_TASKS_FAILED, label, progress["tasks_failed"])
+        yield _one(M.COORDINATOR_SAMPLES, label, progress["samples"])
         trainers = sorted(progress["trainers"].items())
-        yield GaugeMetricFamily(
-            "elasticctr_coordinator_trainers", "Trainers known.", value=len(trainers)
-        )
-        rate = GaugeMetricFamily(
-            "elasticctr_coordinator_trainer_samples_per_second",
-            f"Samples per second by trainer (first {MAX_TRAINER_SERIES} ids).",
-            labels=["trainer"],
-        )
+        yield _one(M.COORDINATOR_TRAINERS, label, len(trainers))
+        for spec, value in zip(
+            (M.COORDINATOR_TRAINERS_MIN, M.COORDINATOR_TRAINERS_MAX),
+            trainer_bounds(srv.trainers_file),
+            strict=True,
+        ):
+            if value is not None:
+                yield _one(spec, label, value)
+        per = M.COORDINATOR_TRAINER_SAMPLES.family()
         for name, info in trainers[:MAX_TRAINER_SERIES]:
-            rate.add_metric([name], info["samples_per_s"])
-        yield rate
-        yield GaugeMetricFamily(
-            "elasticctr_coordinator_partitions_exported",
-            "Partitions exported.",
-            value=sum(1 for p in progress["partitions"] if p["exported"]),
-        )
-        yield from stats_metrics("elasticctr_coordinator", self.server.stats)
+            per.add_metric([*label, name], info["samples"])
+        yield per
+        parts = progress["partitions"]
+        exported = [p["partition"] for p in parts if p["exported"]]
+        yield _one(M.COORDINATOR_PARTITIONS_EXPORTED, label, len(exported))
+        if parts:
+            newest = M.version_timestamp(parts[-1]["partition"], srv.data_tz)
+            yield _one(M.COORDINATOR_NEWEST_DATA_HOUR, label, newest)
+            if exported:
+                done = M.version_timestamp(exported[-1], srv.data_tz)
+                yield _one(M.COORDINATOR_EXPORTED_VERSION, label, done)
+            else:  # nothing exported: every hour found is behind
+                done = M.version_timestamp(parts[0]["partition"], srv.data_tz) - M.HOUR_SECONDS
+            yield _one(M.COORDINATOR_EXPORT_LAG, label, max(newest - done, 0.0))
+        yield _one(M.COORDINATOR_START, label, srv.started_at)
+        yield from M.http_families(M.COORDINATOR_HTTP, srv.stats)
+
+
+def _one(spec: M.Spec, labels: list[str], value: float):
+    family = spec.family()
+    family.add_metric(labels, value)
+    return family
+
+
+def trainer_bounds(path: str | None) -> tuple[int | None, int | None]:
+    """(min, max) trainers from the chart's `{"min": m, "max": n}` file; (None, None) when
+    there is none or it is unreadable (local mode, an older chart). Read at each scrape:
+    the chart updates the file in place when `helm upgrade` changes the replicas."""
+    if not path:
+        return None, None
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+
+    def count(key: str) -> int | None:
+        value = doc.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return count("min"), count("max")
 
 
 def feed(

@@ -43,6 +43,8 @@ class ShardClient:
         token = token if token is not None else os.environ.get(ENV_ADMIN_TOKEN)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        self.reachable: bool | None = None
+        """Whether the latest call got an answer (any status); None before the first."""
 
     def close(self) -> None:
         self._http.close()
@@ -51,7 +53,9 @@ class ShardClient:
         try:
             resp = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
+            self.reachable = False
             raise ShardError(f"cube shard {self.url}: {type(exc).__name__}: {exc}") from exc
+        self.reachable = True
         if resp.status_code >= 400:
             msg = error_message(resp.text)
             raise ShardError(f"cube shard {self.url}: {resp.status_code} {msg}", resp.status_code)

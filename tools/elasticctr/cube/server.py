@@ -34,8 +34,8 @@ from urllib.parse import parse_qs
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from elasticctr import metrics as M
 from elasticctr import scenarios
 from elasticctr.constants import ENV_CUBE_ADMIN_TOKEN as ENV_ADMIN_TOKEN
 from elasticctr.cube.protocol import (
@@ -63,7 +63,6 @@ from elasticctr.httpd import (
     Response,
     bearer_ok,
     serve_async,
-    stats_metrics,
 )
 from elasticctr.versions import check_version_id
 
@@ -85,6 +84,7 @@ class Metrics:
 
     def __init__(self):
         self.requests: dict[tuple[str, int], int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)
         self.keys = 0
         self.missing = 0
         self.bucket_counts = [0] * (len(LATENCY_BUCKETS) + 1)
@@ -98,83 +98,62 @@ class Metrics:
         self.latency_sum += seconds
         self.latency_count += 1
 
+    def answered(self, route: str, resp: Response) -> None:
+        self.requests[(route, resp.status)] += 1
+        if resp.error_code:
+            self.errors[resp.error_code] += 1
+
 
 class CubeCollector:
-    """A prometheus_client collector reading the app's counters at scrape time."""
+    """A prometheus_client collector reading the app's counters at scrape time. Tables are
+    scenarios' (their names), so the label is `scenario`."""
 
     def __init__(self, app: CubeApp):
         self.app = app
 
     def collect(self):
         m, tables = self.app.metrics, self.app.tables
-        req = CounterMetricFamily(
-            "ectl_cube_requests",
-            "HTTP requests by route and status code.",
-            labels=["route", "code"],
-        )
+        req = M.CUBE_REQUESTS.family()
         for (route, code), n in sorted(m.requests.items()):
             req.add_metric([route, str(code)], n)
         yield req
-        yield CounterMetricFamily("ectl_cube_keys", "Keys looked up.", value=m.keys)
-        yield CounterMetricFamily(
-            "ectl_cube_missing_keys", "Keys not found (answered with zero rows).", value=m.missing
-        )
+        errors = M.CUBE_ERRORS.family()
+        for kind, n in sorted(m.errors.items()):
+            errors.add_metric([kind], n)
+        yield errors
+        yield M.CUBE_KEYS.family(m.keys)
+        yield M.CUBE_MISSING_KEYS.family(m.missing)
         cum, buckets = 0, []
         for bound, n in zip(LATENCY_BUCKETS, m.bucket_counts, strict=False):
             cum += n
             buckets.append((str(bound), cum))
         buckets.append(("+Inf", m.latency_count))
-        yield HistogramMetricFamily(
-            "ectl_cube_lookup_seconds",
-            "Server time of one lookup request.",
-            buckets=buckets,
-            sum_value=m.latency_sum,
-        )
-        loaded = GaugeMetricFamily(
-            "ectl_cube_version_loaded",
-            "Versions held by this shard per table (1 = committed).",
-            labels=["table", "version", "committed"],
-        )
-        keys = GaugeMetricFamily(
-            "ectl_cube_version_keys",
-            "Keys in this shard of the table's committed version.",
-            labels=["table"],
-        )
-        held = GaugeMetricFamily(
-            "ectl_cube_table_bytes", "Bytes of every version a table holds.", labels=["table"]
-        )
+        yield M.CUBE_LOOKUP_SECONDS.family(buckets=buckets, sum_value=m.latency_sum)
+        loaded = M.CUBE_VERSION_LOADED.family()
+        committed_at = M.CUBE_COMMITTED_VERSION.family()
+        keys = M.CUBE_VERSION_KEYS.family()
+        held = M.CUBE_TABLE_BYTES.family()
         all_tables = tables.all()
         for state in all_tables:
             committed = state.committed.version if state.committed else None
             for v in sorted(state.versions):
                 loaded.add_metric([state.table, v, "true" if v == committed else "false"], 1)
+            if committed:
+                committed_at.add_metric([state.table], M.version_timestamp(committed, self.app.tz))
             keys.add_metric([state.table], state.committed.count if state.committed else 0)
             held.add_metric([state.table], state.held_bytes)
         yield loaded
+        yield committed_at
         yield keys
         yield held
-        yield GaugeMetricFamily(
-            "ectl_cube_capacity_bytes",
-            "What all tables together may hold (0 = unbounded).",
-            value=tables.capacity_bytes,
-        )
-        yield GaugeMetricFamily(
-            "ectl_cube_ready",
-            "1 when the default table has a version committed and serving.",
-            value=int(tables.default.committed is not None),
-        )
-        loads = CounterMetricFamily(
-            "ectl_cube_loads", "Version loads by result.", labels=["result"]
-        )
+        yield M.CUBE_CAPACITY_BYTES.family(tables.capacity_bytes)
+        yield M.CUBE_READY.family(int(tables.default.committed is not None))
+        loads = M.CUBE_LOADS.family()
         loads.add_metric(["ok"], sum(s.loads_ok for s in all_tables))
         loads.add_metric(["rejected"], sum(s.loads_rejected for s in all_tables))
         yield loads
-        yield CounterMetricFamily(
-            "ectl_cube_commits",
-            "Version commits (switches).",
-            value=sum(s.commits for s in all_tables),
-        )
-        yield from stats_metrics("ectl_cube", self.app.http_stats)
+        yield M.CUBE_COMMITS.family(sum(s.commits for s in all_tables))
+        yield from M.http_families(M.CUBE_HTTP, self.app.http_stats)
 
 
 class CubeApp:
@@ -185,6 +164,7 @@ class CubeApp:
         self.state = tables.default
         self.metrics = Metrics()
         self.admin_token = admin_token
+        self.tz = M.data_timezone()  # the data hours' clock, for version timestamps
         self.http_stats = HttpStats()  # replaced by the server's when serving
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(CubeCollector(self))
@@ -216,7 +196,7 @@ class CubeApp:
             except Exception:  # a bug: answer 500 and keep serving
                 log.exception("handler failed")
                 resp = Response.error(500, "internal", INTERNAL_MESSAGE)
-            self.metrics.requests[(req.path, resp.status)] += 1
+            self.metrics.answered(req.path, resp)
             return resp
         ahandler = self._async.get(key)
         if ahandler is not None:
@@ -225,7 +205,7 @@ class CubeApp:
                     401, "unauthorized", "admin routes need 'Authorization: Bearer <token>'"
                 )
                 resp.headers["WWW-Authenticate"] = "Bearer"
-                self.metrics.requests[(req.path, 401)] += 1
+                self.metrics.answered(req.path, resp)
                 return resp
             return self._run_admin(ahandler, req)
         if req.path in self._paths:
@@ -234,7 +214,7 @@ class CubeApp:
             )
         else:
             resp = Response.error(404, "not_found", f"no route {req.path}")
-        self.metrics.requests[("other" if resp.status == 404 else req.path, resp.status)] += 1
+        self.metrics.answered("other" if resp.status == 404 else req.path, resp)
         return resp
 
     async def _run_admin(self, handler, req: Request) -> Response:
@@ -245,7 +225,7 @@ class CubeApp:
         except Exception:  # a bug: answer 500 and keep serving
             log.exception("admin handler failed")
             resp = Response.error(500, "internal", INTERNAL_MESSAGE)
-        self.metrics.requests[(req.path, resp.status)] += 1
+        self.metrics.answered(req.path, resp)
         return resp
 
     # --- lookups ------------------------------------------------------------------------

@@ -68,6 +68,24 @@ class SwitchFailed(EctlError):
     """Phase 1 failed on some shard; no shard switched."""
 
 
+class Counts:
+    """Event counters of one watcher, keyed by tuples: ("publish", scenario, result) and
+    ("error", scenario, kind). The poll thread bumps them, /metrics reads them
+    (elasticctr.cube.transfer_server; names in elasticctr.metrics)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._n: dict[tuple[str, ...], int] = {}
+
+    def inc(self, *key: str) -> None:
+        with self._lock:
+            self._n[key] = self._n.get(key, 0) + 1
+
+    def snapshot(self) -> dict[tuple[str, ...], int]:
+        with self._lock:
+            return dict(self._n)
+
+
 def _utc(when: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)) if when else None
 
@@ -104,6 +122,12 @@ class StoreHealth:
     def ok(self) -> bool:
         with self._lock:
             return self.last_ok_at is not None and self.last_error is None
+
+    def values(self) -> tuple[bool, float | None, str | None]:
+        """(ok, last_ok_at, newest_version) read together, for /metrics."""
+        with self._lock:
+            ok = self.last_ok_at is not None and self.last_error is None
+            return ok, self.last_ok_at, self.newest_version
 
     def detail(self) -> str | None:
         """Why the store does not count as readable ("<store url>: <error>"), else None.
@@ -142,9 +166,11 @@ class Transfer:
         table: str = scenarios.DEFAULT,
         budget_bytes: int | None = None,
         cube: CubeClient | None = None,
+        counts: Counts | None = None,
     ):
         """`cube_root` and `store` are the platform's; `table` picks the scenario (its own
-        folder of both). `cube`: a client shared by several transfers (not closed here)."""
+        folder of both). `cube`: a client shared by several transfers (not closed here);
+        `counts`: the platform's counters, when this is one of its scenarios."""
         if keep < 1:
             raise EctlError(f"--keep must be >= 1, got {keep}")
         self.table = table
@@ -160,6 +186,7 @@ class Transfer:
         self.num_shards = len(self.cube.shards)
         self.shards_error: str | None = None
         """Why the watcher is still waiting for its shards (None once they answered)."""
+        self.counts = counts or Counts()
         prefix = "" if table == scenarios.DEFAULT else f"[{table}] "
         say = echo or (lambda msg: log.info(msg))
         self.echo = lambda msg: say(prefix + msg)
@@ -306,11 +333,14 @@ class Transfer:
                     )
                 self._switch(version, state)
             except EctlError as exc:
+                self.counts.inc("publish", self.table, "rejected")
+                self.counts.inc("error", self.table, "version_rejected")
                 state["failed"][version] = describe(exc)
                 if version not in state["published"]:
                     state["published"].append(version)
                 self._save(state)
                 raise
+            self.counts.inc("publish", self.table, "ok")
             state["published"].append(version)
             state["failed"].pop(version, None)
             self._save(state)
@@ -338,6 +368,7 @@ class Transfer:
             found = list_versions(self.store)
         except Exception as exc:
             self.health.record_error(exc)
+            self.counts.inc("error", self.table, "store_unreadable")
             raise
         self.health.record_ok(found)
         return found
@@ -429,6 +460,10 @@ class Transfer:
             "shardsError": self.shards_error,
         }
 
+    def tables(self) -> dict[str, Transfer]:
+        """Scenario -> its transfer (this one alone), for /metrics."""
+        return {self.table: self}
+
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)
 
@@ -451,6 +486,7 @@ def _watch(t: Transfer | PlatformTransfer, interval: float, stop: Callable[[], b
         try:
             t.poll_once()
         except (EctlError, OSError) as exc:  # OSError: a local store's folder (a mount)
+            t.counts.inc("error", getattr(t, "table", ""), "poll_failed")
             t.echo(f"poll failed: {redact_url(str(exc), t.store or '')}")
         time.sleep(interval)
 
@@ -489,6 +525,7 @@ class PlatformTransfer:
         self.registered: dict[str, scenarios.Scenario] = {}
         self.errors: dict[str, str] = {}
         self.shards_error: str | None = None
+        self.counts = Counts()
         self._add(scenarios.DEFAULT, None)
 
     def close(self) -> None:
@@ -505,6 +542,7 @@ class PlatformTransfer:
             table=name,
             budget_bytes=budget,
             cube=self.cube,
+            counts=self.counts,
         )
         self.transfers[name] = t
         return t
@@ -536,6 +574,7 @@ class PlatformTransfer:
         try:
             found = self.registry.list()
         except EctlError as exc:
+            self.counts.inc("error", "", "registry_unreadable")
             self.errors["registry"] = describe(exc)
             self.echo(f"scenario registry unreadable, keeping {sorted(self.registered)}: {exc}")
             return False
@@ -605,6 +644,7 @@ class PlatformTransfer:
                 self.errors[name] = describe(exc)
                 published[name] = None
             except Exception as exc:  # noqa: BLE001 - isolation: one scenario's bug
+                self.counts.inc("error", name, "poll_failed")
                 log.exception("scenario %s: poll failed", name)
                 self.errors[name] = f"{type(exc).__name__}: {exc}"
                 published[name] = None
@@ -646,6 +686,10 @@ class PlatformTransfer:
             "registryError": self.errors.get("registry"),
             "scenarios": per,
         }
+
+    def tables(self) -> dict[str, Transfer]:
+        """Scenario -> its transfer (a copy: the poll thread adds and drops some)."""
+        return dict(self.transfers)
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)

@@ -10,6 +10,9 @@
                   (`progress/coordinator.json`); 404 when there is none yet or the
                   scenario is not registered; 502 when the store cannot be read or the
                   record is corrupt
+  GET /metrics    Prometheus text (prometheus_client; names in elasticctr.metrics):
+                  per scenario the committed and the store's newest version, whether the
+                  store reads, publishes and errors by kind; each shard's reachability
 
 Read-only. The probes are answered from memory (plus the small transfer.json) and never
 wait for the store or the shards; /v1/progress reads the store on request. Served by the
@@ -25,6 +28,9 @@ import threading
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from elasticctr import metrics as M
 from elasticctr import scenarios
 from elasticctr.errors import EctlError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
@@ -39,6 +45,8 @@ class Watched(Protocol):
 
     def stored_progress(self, *args: str) -> dict[str, Any] | None: ...
 
+    def tables(self) -> dict[str, Any]: ...
+
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::]:PORT`` for IPv6) -> (host, port); port 0 picks a free one."""
@@ -52,6 +60,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 class TransferStatusServer(ThreadedServer):
     def __init__(self, address: tuple[str, int], watched: Watched):
         self.watched = watched
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(TransferCollector(self))
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=1 << 10))
@@ -98,6 +108,8 @@ class _Handler(HardenedHandler):
             return self.send_json(200, self.server.watched.status_doc())
         if path == "/v1/progress":
             return self._progress()
+        if path == "/metrics":
+            return self.send_json(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         self.send_json_error(404, "not_found", f"no such endpoint {path}")
 
     def _progress(self) -> None:
@@ -124,3 +136,48 @@ class _Handler(HardenedHandler):
         if progress is None:
             return self.send_json_error(404, "not_found", "no stored training progress yet")
         return self.send_json(200, progress)
+
+
+class TransferCollector:
+    """The watcher's state as Prometheus families, read at scrape time (the committed
+    version from each scenario's transfer.json, the rest from memory)."""
+
+    def __init__(self, server: TransferStatusServer):
+        self.server = server
+        self.tz = M.data_timezone()
+
+    def collect(self):
+        watched = self.server.watched
+        tables = watched.tables()
+        committed = M.TRANSFER_COMMITTED_VERSION.family()
+        newest = M.TRANSFER_NEWEST_VERSION.family()
+        readable = M.TRANSFER_STORE_READABLE.family()
+        read_at = M.TRANSFER_STORE_READ.family()
+        for name, t in sorted(tables.items()):
+            try:
+                version = t.state().get("committed")
+            except EctlError:
+                version = None  # unreadable state: the poll reports it
+            if version:
+                committed.add_metric([name], M.version_timestamp(version, self.tz))
+            if t.health is None:
+                continue
+            ok, last_ok_at, store_newest = t.health.values()
+            readable.add_metric([name], int(ok))
+            if last_ok_at is not None:
+                read_at.add_metric([name], last_ok_at)
+            if store_newest:
+                newest.add_metric([name], M.version_timestamp(store_newest, self.tz))
+        yield from (committed, newest, readable, read_at)
+        publishes, errors = M.TRANSFER_PUBLISHES.family(), M.TRANSFER_ERRORS.family()
+        for key, n in sorted(watched.counts.snapshot().items()):
+            (publishes if key[0] == "publish" else errors).add_metric(list(key[1:]), n)
+        yield publishes
+        yield errors
+        up = M.TRANSFER_SHARD_UP.family()
+        for i, shard in enumerate(watched.cube.shards):
+            if shard.reachable is not None:
+                up.add_metric([str(i)], int(shard.reachable))
+        yield up
+        yield M.TRANSFER_SCENARIOS.family(len(tables))
+        yield from M.http_families(M.TRANSFER_HTTP, self.server.stats)

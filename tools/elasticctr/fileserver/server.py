@@ -21,8 +21,8 @@ from http import HTTPStatus
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
 
+from elasticctr import metrics as M
 from elasticctr.errors import EctlError
 from elasticctr.httpd import (
     HardenedHandler,
@@ -30,7 +30,6 @@ from elasticctr.httpd import (
     Limits,
     ThreadedServer,
     bearer_ok,
-    stats_metrics,
 )
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -58,7 +57,7 @@ class FileServer(ThreadedServer):
         self.max_upload_bytes = max_upload_bytes
         # Operation counters (handler threads add under the lock; read at scrape time).
         self.counts_lock = threading.Lock()
-        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.counts = dict.fromkeys(M.FILESERVER_COUNTERS, 0)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         super().__init__(address, _Handler, limits or Limits.from_env())
@@ -76,15 +75,6 @@ class FileServer(ThreadedServer):
 
 _RESERVED = ("/healthz", "/metrics")
 
-_COUNTERS = {
-    "files_served": "File bodies sent (GET, whole or ranged).",
-    "bytes_served": "Bytes of file bodies sent.",
-    "files_stored": "Files written (each an atomic rename).",
-    "bytes_stored": "Bytes of files written.",
-    "deletes": "Paths deleted.",
-    "unauthorized": "Requests refused for a missing or wrong bearer token.",
-}
-
 
 class _Collector:
     """Fileserver counters and the HTTP layer's stats as Prometheus families."""
@@ -95,9 +85,9 @@ class _Collector:
     def collect(self):
         with self.server.counts_lock:
             counts = dict(self.server.counts)
-        for name, doc in _COUNTERS.items():
-            yield CounterMetricFamily(f"elasticctr_fileserver_{name}", doc, value=counts[name])
-        yield from stats_metrics("elasticctr_fileserver", self.server.stats)
+        for key, spec in M.FILESERVER_COUNTERS.items():
+            yield spec.family(counts[key])
+        yield from M.http_families(M.FILESERVER_HTTP, self.server.stats)
 
 
 class _Handler(HardenedHandler):

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from elasticctr import metrics as M
 from elasticctr import scenarios
 from elasticctr.constants import (
     SERVING_MAX_BATCH_SAMPLES,
@@ -43,7 +44,7 @@ from elasticctr.constants import (
 )
 from elasticctr.data.parser import LineParser, SlotBatch
 from elasticctr.errors import EctlError, ValidationError
-from elasticctr.httpd import HttpStats, Request, Response, bearer_ok, stats_metrics
+from elasticctr.httpd import INTERNAL_MESSAGE, HttpStats, Request, Response, bearer_ok
 from elasticctr.serving import store
 from elasticctr.serving.embeddings import (
     CubeEmbeddings,
@@ -107,50 +108,65 @@ class ServingVersion:
         self.embeddings = embeddings
         self.loaded_at = loaded_at
 
-    async def predict(self, batch: SlotBatch) -> np.ndarray:
+    async def predict(self, batch: SlotBatch, lookup_seconds=None) -> np.ndarray:
         keys, inverse = Scorer.keys_of(batch)
+        t0 = time.perf_counter()
         rows = await self.embeddings.lookup(keys, self.version, self.info.dim)
+        if lookup_seconds is not None:
+            lookup_seconds.observe(time.perf_counter() - t0)
         return self.scorer.score(batch, inverse, rows)
 
 
 class Metrics:
+    """Serving's families (names: elasticctr.metrics). The per-scenario version gauges
+    are read at scrape time from the scenarios' current versions (`_ScrapeCollector`)."""
+
     def __init__(self):
         self.registry = r = CollectorRegistry()
-        self.requests = Counter(
-            "ectl_serving_requests", "HTTP requests by route and status code.",
-            ["route", "code"], registry=r,
-        )  # fmt: skip
-        self.samples = Counter("ectl_serving_samples", "Samples predicted.", registry=r)
-        self.latency = Histogram(
-            "ectl_serving_predict_seconds", "Predict request latency (decode to response).",
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5), registry=r,
-        )  # fmt: skip
-        self.batch = Histogram(
-            "ectl_serving_batch_samples", "Samples per dynamic batch.",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096), registry=r,
-        )  # fmt: skip
-        self.queue = Gauge("ectl_serving_queue_samples", "Samples waiting.", registry=r)
-        self.switches = Counter(
-            "ectl_serving_version_switches", "Version switches by result.", ["result"], registry=r
+        self.requests = M.SERVING_REQUESTS.metric(r)
+        self.errors = M.SERVING_ERRORS.metric(r)
+        self.samples = M.SERVING_SAMPLES.metric(r)
+        self.latency = M.SERVING_PREDICT_SECONDS.metric(
+            r, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5)
         )
-        self.version = Gauge(
-            "ectl_serving_version_info", "The version being served (value 1) per scenario.",
-            ["scenario", "version"], registry=r,
-        )  # fmt: skip
-        self.retries = Counter(
-            "ectl_serving_version_retries", "Requests re-run because cube dropped their version.",
-            registry=r,
-        )  # fmt: skip
+        self.lookup = M.SERVING_LOOKUP_SECONDS.metric(
+            r, buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1, 5)
+        )
+        self.batch = M.SERVING_BATCH_SAMPLES.metric(
+            r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+        )
+        self.queue = M.SERVING_QUEUE_SAMPLES.metric(r)
+        self.switches = M.SERVING_SWITCHES.metric(r)
+        self.version = M.SERVING_VERSION_INFO.metric(r)
+        self.retries = M.SERVING_RETRIES.metric(r)
         self.http_stats = HttpStats()  # replaced by the server's when serving
-        r.register(_HttpCollector(self))
+        self.scenarios: ScenarioSet | None = None  # set by ServingApp
+        self.tz = M.data_timezone()
+        r.register(_ScrapeCollector(self))
 
 
-class _HttpCollector:
+class _ScrapeCollector:
+    """Each scenario's served version and model freshness, read at scrape time, and the
+    HTTP layer's stats."""
+
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
 
     def collect(self):
-        yield from stats_metrics("ectl_serving", self.metrics.http_stats)
+        m = self.metrics
+        when = M.SERVING_VERSION.family()
+        fresh = M.SERVING_FRESHNESS.family()
+        now = time.time()
+        managers = m.scenarios.managers if m.scenarios is not None else {}
+        for name, mgr in sorted(dict(managers).items()):
+            sv = mgr.current
+            if sv is None:
+                continue
+            when.add_metric([name], M.version_timestamp(sv.version, m.tz))
+            fresh.add_metric([name], M.freshness_seconds(sv.version, now, m.tz))
+        yield when
+        yield fresh
+        yield from M.http_families(M.SERVING_HTTP, m.http_stats)
 
 
 class _Item:
@@ -240,7 +256,7 @@ class Batcher:
                 items, merged = good, SlotBatch.concat(batches)
             self.metrics.batch.observe(len(merged))
             try:
-                probs = await sv.predict(merged)
+                probs = await sv.predict(merged, self.metrics.lookup)
             except Exception as exc:  # every waiter gets the failure, the loop keeps going
                 for it in items:
                     if not it.future.done():
@@ -369,7 +385,7 @@ class VersionManager:
             try:
                 sv = await asyncio.get_running_loop().run_in_executor(None, self._load, version)
             except (EctlError, OSError) as exc:
-                self.metrics.switches.labels("failed").inc()
+                self.metrics.switches.labels(self.scenario, "failed").inc()
                 self.failed[version] = time.monotonic()
                 self.last_error = f"version {version}: {exc}"
                 log.error("%snot switching to %s: %s", self._tag, version, exc)
@@ -377,7 +393,7 @@ class VersionManager:
             self.current = sv  # the flip: one assignment, seen by the next decode
             self.failed.pop(version, None)
             self.last_error = None
-            self.metrics.switches.labels("ok").inc()
+            self.metrics.switches.labels(self.scenario, "ok").inc()
             if prev:
                 self.metrics.version.remove(self.scenario, prev)
             self.metrics.version.labels(self.scenario, version).set(1)
@@ -550,6 +566,7 @@ class ScenarioSet:
 
 _SCENARIO_PREFIX = "/v1/scenarios/"
 _SCENARIO_ROUTES = {("POST", "predict"), ("GET", "version")}
+_DEFAULT_SCENARIO_ROUTES = {"/v1/predict", "/v1/version"}
 
 
 class ServingApp:
@@ -557,6 +574,7 @@ class ServingApp:
         self.cfg = cfg
         self.metrics = Metrics()
         self.scenarios = ScenarioSet(cfg, self.metrics)
+        self.metrics.scenarios = self.scenarios
         self.versions = self.scenarios.default
         self.batcher = Batcher(cfg, self.metrics)
         self.tasks: list[asyncio.Task] = []
@@ -590,7 +608,7 @@ class ServingApp:
                 self.tasks.append(loop.create_task(self.scenarios.poll_forever()))
 
     async def handle(self, req: Request) -> Response:
-        handler, route, known, protected = self._resolve(req)
+        handler, route, known, protected, scenario = self._resolve(req)
         if handler is None:
             if known:
                 resp = Response.error(405, "method_not_allowed", f"{req.method} {req.path}")
@@ -606,28 +624,39 @@ class ServingApp:
                 resp = await handler(req)
             except RequestError as exc:
                 resp = Response.json(exc.status, exc.body())
-        self.metrics.requests.labels(route, str(resp.status)).inc()
+                resp.error_code = exc.code
+            except Exception:  # a bug: answered (and counted) here, serving goes on
+                log.exception("handler failed for %s %s", req.method, req.path)
+                resp = Response.error(500, "internal", INTERNAL_MESSAGE)
+        self.metrics.requests.labels(route, str(resp.status), scenario).inc()
+        if resp.error_code:
+            self.metrics.errors.labels(scenario, resp.error_code).inc()
         return resp
 
     def _resolve(self, req: Request):
-        """(handler or None, metrics route label, path known, protected) of a request.
-        `/v1/scenarios/{name}/predict|version` is labelled with `{name}`, never the name
-        (client input; metrics stay bounded)."""
+        """(handler or None, metrics route label, path known, protected, scenario label)
+        of a request. `/v1/scenarios/{name}/predict|version` is labelled with the route
+        `{name}` and the scenario only when the platform has it (names are client input;
+        metrics stay bounded); `/v1/predict` and `/v1/version` are the default scenario's."""
         if req.path.startswith(_SCENARIO_PREFIX):
             name, _, action = req.path[len(_SCENARIO_PREFIX) :].partition("/")
             known = action in {a for _, a in _SCENARIO_ROUTES}
             route = f"{_SCENARIO_PREFIX}{{name}}/{action}" if known else "other"
+            scenario = name if known and self.scenarios.get(name) is not None else ""
             if (req.method, action) not in _SCENARIO_ROUTES:
-                return None, route, known, True
+                return None, route, known, True, scenario
             return (
                 functools.partial(self._scenario_route, name=name, action=action),
                 route,
                 True,
                 True,
+                scenario,
             )
         known = req.path in self.paths
         handler = self.routes.get((req.method, req.path))
-        return handler, req.path if known else "other", known, req.path in self.protected
+        scenario = scenarios.DEFAULT if req.path in _DEFAULT_SCENARIO_ROUTES else ""
+        route = req.path if known else "other"
+        return handler, route, known, req.path in self.protected, scenario
 
     async def _scenario_route(self, req: Request, *, name: str, action: str) -> Response:
         mgr = self.scenarios.get(name)
@@ -665,12 +694,12 @@ class ServingApp:
             except VersionUnavailable as exc:
                 if attempt:
                     raise RequestError(503, "version_unavailable", str(exc)) from exc
-                self.metrics.retries.inc()
+                self.metrics.retries.labels(mgr.scenario).inc()
                 await mgr.poll_once()  # cube moved on: follow it, then run again
             except CubeUnavailable as exc:
                 raise RequestError(503, "cube_unavailable", str(exc)) from exc
-        self.metrics.samples.inc(len(probs))
-        self.metrics.latency.observe(time.perf_counter() - t0)
+        self.metrics.samples.labels(mgr.scenario).inc(len(probs))
+        self.metrics.latency.labels(mgr.scenario).observe(time.perf_counter() - t0)
         body = b'{"version":"%s","probabilities":%s}' % (
             sv.version.encode(),
             json.dumps(probs.tolist()).encode(),

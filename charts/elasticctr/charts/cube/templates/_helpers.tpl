@@ -72,6 +72,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "cube.env" -}}
 - name: HOME
   value: /tmp
+# The data hours' clock: /metrics turns versions into times with it.
+- name: ELASTICCTR_DATA_UTC_OFFSET
+  value: {{ .Values.global.data.utcOffset | quote }}
 - name: ELASTICCTR_CUBE_SHARDS
   valueFrom:
     configMapKeyRef:

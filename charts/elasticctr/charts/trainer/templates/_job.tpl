@@ -142,6 +142,11 @@ spec:
         - name: ECTL_TRAIN_ELASTIC
           value: "1"
         {{- end }}
+        {{- if eq .role "coordinator" }}
+        # The trainer task's bounds for /metrics (scale.yaml: updated in place on scaling).
+        - name: ECTL_COORDINATOR_TRAINERS_FILE
+          value: /etc/elasticctr-scale/trainers.json
+        {{- end }}
         {{- if eq .role "trainer" }}
         - name: ECTL_COORDINATOR_PORT
           value: {{ $v.coordinator.port | quote }}
@@ -214,6 +219,11 @@ spec:
           mountPath: /var/lib/elasticctr/work
         - name: staging
           mountPath: /var/lib/elasticctr/staging
+        {{- if eq .role "coordinator" }}
+        - name: scale
+          mountPath: /etc/elasticctr-scale
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       secret:
@@ -230,4 +240,11 @@ spec:
     - name: staging
       persistentVolumeClaim:
         claimName: {{ include "trainer.stagingClaim" $ctx }}
+    {{- if eq .role "coordinator" }}
+    - name: scale
+      configMap:
+        name: {{ include "trainer.fullname" $ctx }}-scale
+        # A job of an older chart revision may outlive the ConfigMap's first install.
+        optional: true
+    {{- end }}
 {{- end -}}
