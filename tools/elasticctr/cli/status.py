@@ -203,8 +203,7 @@ def _progress_from_store(values: Any) -> dict:
     global.s3 endpoint and global.data.hdfsAddress; credentials from this shell, as for
     `ectl data` and `ectl scenario`)."""
     from elasticctr import modelstore
-    from elasticctr.coordinator.core import progress_from_state
-    from elasticctr.coordinator.runtime import STATE_FILE
+    from elasticctr.coordinator.runtime import read_stored_progress
     from elasticctr.data import storage
 
     if not isinstance(values, dict) or "unavailable" in values:
@@ -218,14 +217,12 @@ def _progress_from_store(values: Any) -> dict:
         store = modelstore.open_store(
             g["modelStore"], hdfs_address=(g.get("data") or {}).get("hdfsAddress") or None
         )
-        url = store.url_of(STATE_FILE)
-        if not storage.exists(url, store.hdfs_ugi):
-            return {"unavailable": "no running coordinator pod, and no stored progress"}
-        return progress_from_state(storage.read_text(url, store.hdfs_ugi))
+        progress = read_stored_progress(store.url, store.hdfs_ugi)
     except EctlError as exc:
         return {"unavailable": f"stored coordinator progress: {exc.message}"}
-    except Exception as exc:  # noqa: BLE001 - a store's client raises many types
-        return {"unavailable": f"stored coordinator progress: {type(exc).__name__}: {exc}"}
+    if progress is None:
+        return {"unavailable": "no running coordinator pod, and no stored progress"}
+    return progress
 
 
 def store_from_transfer(doc: Any) -> dict[str, Any]:

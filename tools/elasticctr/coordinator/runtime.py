@@ -46,6 +46,25 @@ class CoordinatorSettings:
     """Clock of the data hours (global.data.utcOffset; else $ELASTICCTR_DATA_UTC_OFFSET)."""
 
 
+def read_stored_progress(store: str, hdfs_ugi: str | None = None) -> dict | None:
+    """The progress a coordinator stored under model store `store` (STATE_FILE), shaped as
+    its live `/v1/progress` (`progress_from_state`); None when no job stored any yet. An
+    unreadable store or a corrupt record raises EctlError with the reason."""
+    from elasticctr.coordinator.core import progress_from_state
+    from elasticctr.modelstore import redact_url
+
+    url = storage.join(store, STATE_FILE)
+    try:
+        if not storage.exists(url, hdfs_ugi):
+            return None
+        text = storage.read_text(url, hdfs_ugi)
+    except EctlError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a store's client raises many types
+        raise EctlError(f"{redact_url(url)}: {type(exc).__name__}: {exc}") from exc
+    return progress_from_state(text)
+
+
 def discover(settings: CoordinatorSettings, stop: threading.Event) -> Iterator[PartitionSpec]:
     """Ready partitions in order (waiting for new hours when there is no end), with the
     size of every data file so they can be split into byte ranges."""

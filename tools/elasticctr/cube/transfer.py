@@ -389,27 +389,18 @@ class Transfer:
             out["committed"] = None  # unreadable state: the poll reports it
         return out
 
-    def stored_progress(self) -> dict[str, Any] | None:
+    def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None:
         """The training progress the coordinator keeps in this table's store
-        (`progress/coordinator.json`), as `Coordinator.progress()` shapes it; None when
-        there is none (no job ran yet). Read on request, for `ectl status` once the job
-        and its coordinator are gone. An unreadable or corrupt record raises EctlError."""
-        from elasticctr.coordinator.core import progress_from_state
-        from elasticctr.coordinator.runtime import STATE_FILE as PROGRESS_FILE
-        from elasticctr.data import storage
+        (`coordinator.runtime.read_stored_progress`); None when there is none yet. Read on
+        request, for `ectl status` once the job and its coordinator are gone. LookupError
+        for a scenario other than this table's; EctlError for an unreadable record."""
+        from elasticctr.coordinator.runtime import read_stored_progress
 
+        if scenario not in (None, self.table):
+            raise LookupError(f"scenario {scenario!r}: this watcher has one table")
         if not self.store:
             raise EctlError("reading the model store needs --model-store")
-        url = storage.join(self.store, PROGRESS_FILE)
-        try:
-            if not storage.exists(url):
-                return None
-            text = storage.read_text(url)
-        except EctlError:
-            raise
-        except Exception as exc:
-            raise EctlError(f"{redact_url(url)}: {type(exc).__name__}: {exc}") from exc
-        return progress_from_state(text)
+        return read_stored_progress(self.store)
 
     def readiness(self) -> tuple[bool, str | None]:
         """(ready, why not): ready once the latest read of the store succeeded."""
@@ -553,12 +544,12 @@ class PlatformTransfer:
     def probe_store(self) -> None:
         self.transfers[scenarios.DEFAULT].probe_store()
 
-    def stored_progress(self, scenario: str = scenarios.DEFAULT) -> dict[str, Any] | None:
+    def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None:
         """`Transfer.stored_progress` of one registered scenario (the store root's by
-        default)."""
-        t = self.transfers.get(scenario)
+        default); LookupError for one not registered."""
+        t = self.transfers.get(scenario or scenarios.DEFAULT)
         if t is None:
-            raise EctlError(f"scenario {scenario!r} is not registered")
+            raise LookupError(f"scenario {scenario!r} is not registered")
         return t.stored_progress()
 
     def readiness(self) -> tuple[bool, str | None]:

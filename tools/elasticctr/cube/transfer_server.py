@@ -31,7 +31,6 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from elasticctr import metrics as M
-from elasticctr import scenarios
 from elasticctr.errors import EctlError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
 
@@ -43,7 +42,7 @@ class Watched(Protocol):
 
     def status_doc(self) -> dict[str, Any]: ...
 
-    def stored_progress(self, *args: str) -> dict[str, Any] | None: ...
+    def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None: ...
 
     def tables(self) -> dict[str, Any]: ...
 
@@ -115,22 +114,10 @@ class _Handler(HardenedHandler):
     def _progress(self) -> None:
         query = parse_qs(urlsplit(self.path).query)
         scenario = query.get("scenario", [None])[-1]
-        watched = self.server.watched
         try:
-            if scenario is None:
-                progress = watched.stored_progress()
-            elif not hasattr(watched, "transfers"):  # a single-table watcher
-                if scenario != scenarios.DEFAULT:
-                    return self.send_json_error(
-                        404, "not_found", f"scenario {scenario!r}: this watcher has one table"
-                    )
-                progress = watched.stored_progress()
-            elif scenario not in watched.transfers:
-                return self.send_json_error(
-                    404, "not_found", f"scenario {scenario!r} is not registered"
-                )
-            else:
-                progress = watched.stored_progress(scenario)
+            progress = self.server.watched.stored_progress(scenario)
+        except LookupError as exc:
+            return self.send_json_error(404, "not_found", str(exc))
         except EctlError as exc:
             return self.send_json_error(502, "store_unreadable", exc.message)
         if progress is None:
