@@ -63,6 +63,11 @@ CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "elasticctr.local/pause:3.10"
 BUSYBOX_IMAGE = "elasticctr.local/busybox:1.35"
 VOLCANO_NAMESPACE = "volcano-system"
+# `sh -c RESTART_LOOP NAME ARGV...`: run ARGV again whenever it exits (see Harness.spawn)
+RESTART_LOOP = (
+    'while :; do "$@"; rc=$?; '
+    'echo "harness: $0 exited with status $rc; starting it again in 1 s" >&2; sleep 1; done'
+)
 LOCAL_PATH_NAMESPACE = "local-path-storage"
 STORAGE_CLASS = "local-path"
 # Host paths the kubelet, CNI and cgroups use outside the harness directory.
@@ -470,9 +475,17 @@ class Harness:
         return h
 
     # processes
-    def spawn(self, name: str, argv: list[str], env: dict | None = None) -> Proc:
+    def spawn(
+        self, name: str, argv: list[str], env: dict | None = None, restart: bool = False
+    ) -> Proc:
+        """Start `argv` in its own session, logging to logs/<name>.log. With `restart`, a
+        process that exits is started again after a second (as a Deployment would restart
+        it), each exit noted in its log: Volcano's scheduler ends itself when it cannot
+        renew its leader Lease in time, which a loaded 2-core machine can cause."""
         self.logs.mkdir(parents=True, exist_ok=True)
         logf = self.logs / f"{name}.log"
+        if restart:
+            argv = ["/bin/sh", "-c", RESTART_LOOP, name, *argv]
         with logf.open("ab") as out:
             p = subprocess.Popen(
                 argv,
@@ -1204,6 +1217,7 @@ state = "{c / "state"}"
                     "--enable-healthz=true",
                     f"--healthz-address=127.0.0.1:{wh_health}",
                 ],
+                restart=True,
             ),
             self.spawn(
                 "vc-controller-manager",
@@ -1215,6 +1229,7 @@ state = "{c / "state"}"
                     f"--healthz-address=127.0.0.1:{ctl_health}",
                     f"--listen-address=127.0.0.1:{ctl_listen}",
                 ],
+                restart=True,
             ),
             self.spawn(
                 "vc-scheduler",
@@ -1222,13 +1237,19 @@ state = "{c / "state"}"
                     tool("vc-scheduler"),
                     *common,
                     f"--scheduler-conf={self.info['volcano_scheduler_conf']}",
-                    # its Lease (volcano-system/volcano) is how `ectl doctor` sees it running
+                    # its Lease (volcano-system/volcano) is how `ectl doctor` sees it running;
+                    # long deadlines: etcd stalls for 7 s on a loaded 2-core machine, and the
+                    # default 10 s renew deadline then ends the scheduler (restarted anyway)
                     "--leader-elect=true",
-                    f"--lock-object-namespace={VOLCANO_NAMESPACE}",
+                    f"--leader-elect-resource-namespace={VOLCANO_NAMESPACE}",
+                    "--leader-elect-lease-duration=60s",
+                    "--leader-elect-renew-deadline=45s",
+                    "--leader-elect-retry-period=5s",
                     "--enable-healthz=true",
                     f"--healthz-address=127.0.0.1:{sched_health}",
                     f"--listen-address=127.0.0.1:{sched_listen}",
                 ],
+                restart=True,
             ),
         ]
 

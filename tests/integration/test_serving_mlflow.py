@@ -28,6 +28,9 @@ def test_served_version_is_logged_and_the_pyfunc_matches_the_service(tmp_path):
     write_version(store, V1, slots=SLOTS, dim=8, keys=keys_of_file(demo, SLOTS), seed=5)
     lines = demo.read_text().splitlines()
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # this test reads the store while the service writes it: create its tables first, or
+    # both first clients of a new SQLite store create them and one fails
+    mlflow.MlflowClient(tracking_uri=db).search_experiments(max_results=1)
     proc = ServeProc(["--store", str(store), "--poll-interval", "0", "--mlflow-tracking-uri",
                       db, "--mlflow-model-name", "ctr-test", "--cache", str(tmp_path / "c")],
                      tmp_path / "serve.log")  # fmt: skip

@@ -307,6 +307,10 @@ class VersionManager:
         self._alias_task: asyncio.Task | None = None
         self._alias_retry_at = 0.0
         self._alias_pool: ThreadPoolExecutor | None = None
+        # One MLflow client at a time from this process (alias move, pyfunc-logging child):
+        # two first clients of a new SQLite tracking store both create its tables and one
+        # fails ("table _alembic_tmp_... already exists").
+        self._mlflow_lock = asyncio.Lock()
 
     def sync_alias(self) -> None:
         """Start moving the registry alias to the current version when it points elsewhere
@@ -329,11 +333,12 @@ class VersionManager:
         loop = asyncio.get_running_loop()
         name = scenarios.registered_model_name(self.scenario, mlflowreg.registered_model_name())
         try:
-            number = await loop.run_in_executor(
-                self._alias_pool, lambda: mlflowreg.set_serving_alias(
-                    self.cfg.mlflow_tracking_uri, version, name=name,
-                ),
-            )  # fmt: skip
+            async with self._mlflow_lock:
+                number = await loop.run_in_executor(
+                    self._alias_pool, lambda: mlflowreg.set_serving_alias(
+                        self.cfg.mlflow_tracking_uri, version, name=name,
+                    ),
+                )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the registry is extra; serving goes on
             log.warning("MLflow alias not moved to %s: %s", version, exc)
             self._alias_retry_at = time.monotonic() + 30
@@ -421,12 +426,13 @@ class VersionManager:
         if nice:
             args = [nice, "-n", "10", *args]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *args,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-            out, _ = await proc.communicate()
+            async with self._mlflow_lock:
+                proc = await asyncio.create_subprocess_exec(
+                    *args,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
+                out, _ = await proc.communicate()
         except OSError as exc:
             log.error("MLflow logging of %s failed to start: %s", version, exc)
             return
