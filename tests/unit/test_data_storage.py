@@ -212,3 +212,44 @@ def test_gzip_without_suffix_is_detected_by_its_magic_bytes(tmp_path, fileserver
     (tmp_path / "plain").write_bytes(lines)
     with storage.open_input(str(tmp_path / "plain")) as fh:
         assert fh.read() == lines and fh.ectl_compression is None
+
+
+# --- HDFS: a write the namenode refuses with NotReplicatedYetException is tried again ------
+def test_a_not_replicated_yet_write_is_tried_again(monkeypatch):
+    slept, calls = [], []
+    monkeypatch.setattr(storage.time, "sleep", slept.append)
+
+    def write():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError(
+                'RPCError("org.apache.hadoop.hdfs.server.namenode.NotReplicatedYetException", '
+                '"Not replicated yet: /x/.tmp-part-00001-8a09d4a3376f")'
+            )
+
+    storage._retry_hdfs_write("hdfs://nn:9000/x/part-00001", write)
+    assert len(calls) == 3 and slept == [0.4, 0.8]
+
+
+def test_other_errors_and_other_stores_are_not_retried(monkeypatch):
+    monkeypatch.setattr(storage.time, "sleep", lambda s: None)
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise RuntimeError("org.apache.hadoop.security.AccessControlException: denied")
+
+    with pytest.raises(RuntimeError, match="AccessControlException"):
+        storage._retry_hdfs_write("hdfs://nn:9000/x", refused)
+    assert len(calls) == 1
+
+    def not_replicated():
+        calls.append(1)
+        raise RuntimeError("NotReplicatedYetException")
+
+    with pytest.raises(RuntimeError):
+        storage._retry_hdfs_write("file:///x", not_replicated)
+    assert len(calls) == 2
+    with pytest.raises(RuntimeError, match="NotReplicatedYet"):
+        storage._retry_hdfs_write("hdfs://nn:9000/x", not_replicated)
+    assert len(calls) == 2 + storage.HDFS_WRITE_ATTEMPTS

@@ -29,9 +29,10 @@ import io
 import os
 import posixpath
 import re
+import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -628,11 +629,44 @@ def _s3_write(fs, path: str, url: str) -> Iterator[IO[bytes]]:
         raise wrap_error(url, exc) from exc
 
 
+HDFS_WRITE_ATTEMPTS = 6
+"""Attempts of one atomic HDFS write refused with NotReplicatedYetException, 0.4 s apart
+doubling (the namenode's answer while a datanode has not yet reported the file's previous
+block; Hadoop's own client retries addBlock the same way, hdfs-native does not)."""
+
+
+def _not_replicated_yet(exc: BaseException) -> bool:
+    while exc is not None:
+        if "NotReplicatedYetException" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _retry_hdfs_write(url: str, write: Callable[[], None]) -> None:
+    """`write()` (one whole atomic write: a failed one leaves nothing), again while HDFS
+    answers NotReplicatedYetException."""
+    for attempt in range(HDFS_WRITE_ATTEMPTS):
+        try:
+            return write()
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is that answer
+            if (
+                _scheme(url) != "hdfs"
+                or attempt == HDFS_WRITE_ATTEMPTS - 1
+                or not _not_replicated_yet(exc)
+            ):
+                raise
+            time.sleep(0.4 * 2**attempt)
+
+
 def write_bytes(
     url: str, data: bytes, hdfs_ugi: str | None = None, *, token: str | None = None
 ) -> None:
-    with open_atomic(url, hdfs_ugi, token=token) as fh:
-        fh.write(data)
+    def write() -> None:
+        with open_atomic(url, hdfs_ugi, token=token) as fh:
+            fh.write(data)
+
+    _retry_hdfs_write(url, write)
 
 
 def put_file(
@@ -648,8 +682,11 @@ def put_file(
         return
     import shutil
 
-    with open(local, "rb") as src, open_atomic(url, hdfs_ugi, token=token) as dst:
-        shutil.copyfileobj(src, dst, 4 << 20)
+    def write() -> None:
+        with open(local, "rb") as src, open_atomic(url, hdfs_ugi, token=token) as dst:
+            shutil.copyfileobj(src, dst, 4 << 20)
+
+    _retry_hdfs_write(url, write)
 
 
 def write_text(url: str, text: str, hdfs_ugi: str | None = None) -> None:
