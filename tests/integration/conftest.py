@@ -83,7 +83,13 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()
-    env = {**os.environ, "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,hdfs"}
+    env = {
+        **os.environ,
+        "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,hdfs",
+        # as the chart and the local stack run it: no job runner (six huey consumers of
+        # ~200 MB each, busy polling beside the tests; ElasticCTR submits no MLflow jobs)
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
     log = open(root / "server.log", "wb")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
         [

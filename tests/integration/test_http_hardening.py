@@ -34,6 +34,10 @@ from elasticctr.httpd import bearer_ok
 pytestmark = pytest.mark.integration
 
 HEADER_TIMEOUT, IDLE_TIMEOUT, CAP = 1.0, 2.0, 16
+# How long a test holds a connection before it gives up on the server closing it. A server
+# that cuts at its timeout closes well before; the margin is for a loaded machine (the
+# cut's exact moment is not what these tests guard: that the server cuts at all is).
+GIVE_UP = 8.0
 ENV = layer_env(HEADER_TIMEOUT, IDLE_TIMEOUT, CAP)
 SERVICES = ["cube", "serving", "fileserver", "coordinator"]
 
@@ -99,19 +103,23 @@ def test_slowloris_head_is_cut_off_at_the_header_timeout(svc):
         t0 = time.monotonic()
         s.settimeout(0.3)
         got = b""
-        while time.monotonic() - t0 < 8:
+        closed = False
+        while time.monotonic() - t0 < GIVE_UP:
             try:
                 s.sendall(b"X-Drip: 1\r\n")  # one header line at a time, never the end
                 chunk = s.recv(65536)
                 if not chunk:
+                    closed = True
                     break
                 got += chunk
             except TimeoutError:
                 continue
             except (BrokenPipeError, ConnectionResetError):
+                closed = True
                 break
         held = time.monotonic() - t0
-    assert held < HEADER_TIMEOUT + 4, f"{svc.name} held a dripping head for {held:.1f}s"
+    assert closed, f"{svc.name} held a dripping head for {held:.1f}s without closing it"
+    assert held >= HEADER_TIMEOUT - 0.2, f"{svc.name} cut a dripping head after {held:.1f}s"
     assert statuses(got) in ([], [408]), got[:200]
 
 
@@ -119,20 +127,20 @@ def test_slowloris_behind_a_pipelined_request_is_cut_off_too(svc):
     path = "/public.txt" if svc.name == "fileserver" else "/healthz"
     with connect(svc.port) as s:
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\nGET {path} HTTP/1.1\r\n".encode())
-        raw, held = read_until_close(s, limit=10)
+        raw, held = read_until_close(s, limit=GIVE_UP)
     assert statuses(raw) in ([200], [200, 408]), raw[:300]
-    assert held < HEADER_TIMEOUT + 4, f"{svc.name} held a pipelined partial head {held:.1f}s"
+    assert held < GIVE_UP, f"{svc.name} held a pipelined partial head {held:.1f}s"
 
 
 def test_idle_connections_are_closed(svc):
     with connect(svc.port) as s:  # never sends a byte
-        _, waited = read_until_close(s, limit=10)
-    assert IDLE_TIMEOUT - 0.5 <= waited < IDLE_TIMEOUT + 4, waited
+        _, waited = read_until_close(s, limit=GIVE_UP)
+    assert IDLE_TIMEOUT - 0.5 <= waited < GIVE_UP, waited
     with connect(svc.port) as s:  # keep-alive after one request
         path = "/public.txt" if svc.name == "fileserver" else "/healthz"
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        raw, waited = read_until_close(s, limit=10)
-    assert statuses(raw) == [200] and waited < IDLE_TIMEOUT + 4, (raw[:100], waited)
+        raw, waited = read_until_close(s, limit=GIVE_UP)
+    assert statuses(raw) == [200] and waited < GIVE_UP, (raw[:100], waited)
 
 
 def test_connection_cap(svc):

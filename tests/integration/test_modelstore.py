@@ -22,6 +22,8 @@ from elasticctr.modelstore import open_store
 from elasticctr.net import free_port, wait_for_port
 from elasticctr.serving import store as serving_store
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "store-t0ken"
 VERSION = "20200401/05"
 

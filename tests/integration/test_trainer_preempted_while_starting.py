@@ -19,8 +19,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from elasticctr import constants as C
 from elasticctr.net import free_port
+
+pytestmark = pytest.mark.integration
 
 LOOPBACK = "127.0.0.1"
 

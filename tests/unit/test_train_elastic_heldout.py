@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from elasticctr.train.config import load
 from elasticctr.train.elastic import HOLDOUT_MOD, _read, heldout_mask, take
+
+pytestmark = pytest.mark.fast
 
 
 def _cfg(tmp_path: Path):

@@ -98,15 +98,38 @@ def quickstart(
     print_data(output, report.as_dict())
 
 
+WORKDIR_HELP = (
+    f"Work folder (default: the one running, ${ENV_HOME}/local from `local up` or "
+    f"${ENV_HOME}/quickstart from `quickstart --keep-running`)."
+)
+
+
+def _running_workdir(workdir: Path | None) -> Path:
+    """`workdir`, else the default folder of `local up` or of `quickstart` that holds a
+    running deployment's state (one of them; both running needs --workdir)."""
+    from elasticctr.local.stack import STATE_FILE
+
+    if workdir is not None:
+        return workdir
+    candidates = [_default_home() / "local", _default_home() / "quickstart"]
+    running = [c for c in candidates if (c / STATE_FILE).exists()]
+    if len(running) > 1:
+        raise EctlError(
+            "local deployments run in " + " and ".join(map(str, running)),
+            hint="name one with --workdir",
+        )
+    return running[0] if running else candidates[0]
+
+
 @local_app.command("status")
 def status(
-    workdir: Path = typer.Option(None, help=f"Work folder (default ${ENV_HOME}/quickstart)."),
+    workdir: Path = typer.Option(None, help=WORKDIR_HELP),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Show the processes and endpoints of a running local deployment."""
     from elasticctr.local.stack import read_state
 
-    state = read_state(workdir or _default_home() / "quickstart")
+    state = read_state(_running_workdir(workdir))
     rows = []
     for name, pid in sorted(state["components"].items()):
         rows.append({"component": name, "pid": pid, "alive": _alive(pid)})
@@ -129,13 +152,13 @@ def status(
 
 @local_app.command("down")
 def down(
-    workdir: Path = typer.Option(None, help=f"Work folder (default ${ENV_HOME}/quickstart)."),
+    workdir: Path = typer.Option(None, help=WORKDIR_HELP),
     timeout: float = typer.Option(20.0, help="Seconds to wait before SIGKILL."),
 ) -> None:
     """Stop a local deployment: the supervisor first, then any process left."""
     from elasticctr.local.stack import STATE_FILE, read_state
 
-    folder = workdir or _default_home() / "quickstart"
+    folder = _running_workdir(workdir)
     state = read_state(folder)
     pids = [state["pid"], *state["components"].values()]
     for pid in pids:

@@ -8,6 +8,7 @@ This module owns release lifecycle only; reading cluster state is `status.py`'s 
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
 import json
@@ -392,6 +393,11 @@ def _deploy(
                 hint="use `ectl install` for a new release",
             )
         helm_chart = await _get_chart(client, chart_path)
+        progress = (
+            asyncio.get_running_loop().create_task(_report_waiting(target, namespace))
+            if wait or atomic
+            else None
+        )
         try:
             revision = await client.install_or_upgrade_release(
                 target.release,
@@ -405,6 +411,9 @@ def _deploy(
             )
         except Exception as exc:
             raise common.helm_error(exc, f"{verb} {target.release} failed") from exc
+        finally:
+            if progress is not None:
+                progress.cancel()
         result = {
             "release": target.release,
             "namespace": namespace,
@@ -423,6 +432,46 @@ def _deploy(
         console.print("Next: `ectl status` shows training and serving progress.")
 
     common.run(go())
+
+
+WAIT_REPORT_SECONDS = 10.0
+
+
+async def _report_waiting(target: Target, namespace: str) -> None:
+    """While helm waits: every WAIT_REPORT_SECONDS, which pods are not ready yet and why,
+    on stderr, when that changed (a failing read is skipped: helm's wait decides)."""
+    from elasticctr.cli.status import waiting_pods
+
+    loop = asyncio.get_running_loop()
+    started, last = loop.time(), None
+    while True:
+        await asyncio.sleep(WAIT_REPORT_SECONDS)
+        try:
+            waiting = await loop.run_in_executor(None, _waiting, target, namespace, waiting_pods)
+        except Exception:  # noqa: BLE001 - progress is a courtesy; the wait goes on
+            continue
+        if waiting != last:
+            last = waiting
+            took = f"{loop.time() - started:.0f} s"
+            if waiting:
+                common.err_console.print(
+                    f"waiting ({took}) for: " + ", ".join(waiting), markup=False, highlight=False
+                )
+            else:
+                common.err_console.print(
+                    f"every pod ready ({took}); helm still waits (hook Jobs, PVCs)",
+                    markup=False, highlight=False,
+                )  # fmt: skip
+
+
+def _waiting(target: Target, namespace: str, waiting_pods) -> list[str]:
+    from kubernetes import client
+
+    api = common.kube_api_client(target)
+    try:
+        return waiting_pods(client.CoreV1Api(api), namespace, target.release)
+    finally:
+        api.close()
 
 
 def install(

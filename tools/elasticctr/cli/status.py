@@ -84,6 +84,46 @@ def _pod_row(pod) -> dict[str, Any]:
     }
 
 
+def waiting_reason(pod) -> str | None:
+    """Why a pod of the release is not ready yet, in a few words (None when it is ready or
+    finished): the scheduler's message, a container's waiting reason, a failing init
+    container, or "not ready" with its restarts."""
+    st = pod.status
+    if st.phase in ("Succeeded", "Failed"):
+        return None
+    for cond in st.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return f"not scheduled: {cond.message or cond.reason or 'pending'}"
+    for cs in st.init_container_statuses or []:
+        if cs.state and cs.state.waiting:
+            return f"init container {cs.name}: {cs.state.waiting.reason}"
+        if cs.state and cs.state.terminated and cs.state.terminated.exit_code:
+            return f"init container {cs.name} exited {cs.state.terminated.exit_code}"
+    statuses = st.container_statuses or []
+    if not statuses:
+        return st.phase or "Pending"
+    for cs in statuses:
+        if cs.state and cs.state.waiting:
+            return f"{cs.name}: {cs.state.waiting.reason}"
+    if all(cs.ready for cs in statuses):
+        return None
+    restarts = sum(cs.restart_count for cs in statuses)
+    return "running, not ready" + (f" ({restarts} restarts)" if restarts else "")
+
+
+def waiting_pods(core, namespace: str, release: str) -> list[str]:
+    """'pod (why)' for each pod of the release that is not ready yet."""
+    pods = core.list_namespaced_pod(
+        namespace, label_selector=f"{INSTANCE_LABEL}={release}", _request_timeout=REQUEST_TIMEOUT
+    ).items
+    out = []
+    for pod in sorted(pods, key=lambda p: p.metadata.name):
+        why = waiting_reason(pod)
+        if why:
+            out.append(f"{pod.metadata.name} ({why})")
+    return out
+
+
 def _proxy_get(core, namespace: str, service, path: str) -> Any:
     """GET a path of a release Service through the API server; JSON if it parses."""
     port = service.spec.ports[0].port

@@ -138,8 +138,8 @@ class ShardState:
             raise NoRoom(
                 f"table {self.table!r}: version {version} needs {_mib(size)} on shard "
                 f"{self.shard} beside the {_mib(held)} it holds, over its budget of "
-                f"{_mib(budget)}; raise the scenario's cube memory budget (cube.memoryMiB) or "
-                f"lower cube keep"
+                f"{_mib(budget)}; raise the scenario's cube memory budget "
+                f"(global.scenario.cubeMemoryMiB) or lower cube.memoryVersions"
             )
         if free is not None and size > free:
             raise NoRoom(

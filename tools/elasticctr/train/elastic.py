@@ -436,6 +436,8 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
         beat.close()
         if tracker is not None:
             tracker.close()
+        if feed is not None:
+            feed.close()  # its lease files and pipe folders under /tmp
     fleet.stop_worker()
     log("elastic trainer done")
     return last
