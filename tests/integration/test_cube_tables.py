@@ -143,7 +143,11 @@ def test_a_broken_or_oversized_scenario_never_touches_the_others(platform):
 
     # Budget and capacity refusals name the scenario, the sizes and the knob to turn.
     huge, wide = errors["huge"]["error"], errors["wide"]["error"]
-    assert "table 'huge'" in huge and "budget of 1.0 MiB" in huge and "global.scenario.cubeMemoryMiB" in huge
+    assert (
+        "table 'huge'" in huge
+        and "budget of 1.0 MiB" in huge
+        and "global.scenario.cubeMemoryMiB" in huge
+    )
     assert "table 'wide'" in wide and "capacity" in wide and "remove a scenario" in wide
     for table in ("huge", "wide"):
         assert set(committed(env, table)) == {None}
