@@ -73,3 +73,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return "tests/e2e" if path.startswith("tests/e2e/") else path
 
     return FilesAndTheCluster(config, log)
+
+
+@pytest.fixture
+def ectl_here(capsys, monkeypatch):
+    """`ectl ARGS` through the console entry point (`run()`) in this process: the same exit
+    codes and printing as the installed command, without its start-up."""
+    import subprocess
+    import sys
+
+    from elasticctr.cli.main import run
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", ["ectl", *args])
+        code = 0
+        try:
+            run()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call

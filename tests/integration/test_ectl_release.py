@@ -95,24 +95,6 @@ def dead_kubeconfig(tmp_path: Path, _closed_port: int) -> Path:
     return path
 
 
-@pytest.fixture
-def ectl_here(capsys, monkeypatch):
-    """The console entry point in this process (same exit codes and printing, no start-up)."""
-    from elasticctr.cli.main import run
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", ["ectl", *args])
-        code = 0
-        try:
-            run()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return call
-
-
 def ectl(*args: str, env: dict | None = None):
     return subprocess.run(
         [sys.executable, "-m", "elasticctr.cli.main", *args],

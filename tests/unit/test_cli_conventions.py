@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,24 +30,6 @@ DEMO = repo_root() / "values" / "demo.yaml"
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     _register()
-
-
-@pytest.fixture
-def ectl_here(capsys, monkeypatch):
-    """The console entry point in this process: real exit codes and error printing."""
-    from elasticctr.cli.main import run
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", ["ectl", *args])
-        code = 0
-        try:
-            run()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return call
 
 
 def flat(text: str) -> str:

@@ -38,24 +38,6 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.fixture
-def ectl_here(capsys, monkeypatch):
-    """The console entry point in this process: real exit codes and error printing."""
-    from elasticctr.cli.main import run
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", ["ectl", *args])
-        code = 0
-        try:
-            run()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return call
-
-
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 

@@ -80,24 +80,6 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.fixture
-def ectl_here(capsys, monkeypatch):
-    """The console entry point (`run()`) in this process: same exit codes, much faster."""
-    from elasticctr.cli.main import run
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", ["ectl", *args])
-        code = 0
-        try:
-            run()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return call
-
-
 def ectl(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
     """Run the real console entry point in a subprocess (exit codes, stderr, no traceback)."""
     full_env = dict(os.environ)
