@@ -220,6 +220,21 @@ def _schema_problems(schema: dict[str, Any] | None, instance: Values, prefix: st
     return problems
 
 
+def _closed_global(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The umbrella schema with `global` closed at its top level too.
+
+    The chart's schema leaves `global` open there, because when the chart is a subchart of
+    someone's umbrella Helm hands it the parent's globals as well. `ectl` installs this
+    chart as the top chart, where nobody else reads `global`: a key we do not know there
+    is a typo (`global.modelstore`), reported like one anywhere else."""
+    g = (schema or {}).get("properties", {}).get("global")
+    if not isinstance(g, dict) or "properties" not in g or "additionalProperties" in g:
+        return schema
+    closed = copy.deepcopy(schema)
+    closed["properties"]["global"]["additionalProperties"] = False
+    return closed
+
+
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(value)
@@ -526,7 +541,7 @@ def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
         return [f"(root): values must be a mapping, got {type(user).__name__}"]
     umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
     values = effective_values(user, umbrella)
-    problems = _schema_problems(umbrella.chart.schema, values, "")
+    problems = _schema_problems(_closed_global(umbrella.chart.schema), values, "")
     for sub in umbrella.subcharts:
         if _enabled(values, sub.condition):
             section = _subchart_values(values, sub)
