@@ -176,7 +176,6 @@ AGREEMENT_CASES = [
     {"mlflow": {"enabled": False}, "global": {"mlflow": {"trackingUri": "http://mlflow:5000"}}},
     {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
     {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
-    {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
     {
         "serving": {
             "autoscaling": {"enabled": False},

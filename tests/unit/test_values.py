@@ -135,6 +135,12 @@ def test_a_key_an_earlier_chart_accepted_says_where_it_moved(chart):
     assert V.validate(new, chart) == []
 
 
+def test_a_key_that_no_longer_does_anything_says_so(chart):
+    problems = V.validate({"trainer": {"rbac": {"create": True}}}, chart)
+    assert problems == [f"trainer.rbac: removed ({V.REMOVED['trainer.rbac']})"]
+    assert "delete the key" in problems[0]
+
+
 def test_disabled_subchart_is_not_schema_checked(chart):
     assert (
         V.validate({"cube": {"enabled": False, "shards": 0}, "serving": {"enabled": False}}, chart)
@@ -174,11 +180,6 @@ RULES = [
         "trainer.fileserverToken.existingSecret: must be fs-token like "
         "fileserver.auth.existingSecret (training uploads model versions to the fileserver "
         "with that token)",
-    ),
-    (
-        {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
-        "trainer.rbac.create: needs trainer.serviceAccount.create "
-        "(the Role is bound to the coordinator's ServiceAccount)",
     ),
     (
         {"trainer": {"volcano": {"priorityClasses": {"create": True, "guaranteed": "ps"}}}},

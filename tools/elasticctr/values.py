@@ -38,6 +38,13 @@ MOVED = {
 """Keys earlier chart revisions accepted, and where their setting lives now (docs/chart.md,
 "Values changes between revisions"): the schema refuses them, this says what to write."""
 
+REMOVED = {
+    "trainer.rbac": "no part of the training job calls the Kubernetes API, so it had nothing "
+    "to grant; delete the key",
+}
+"""Keys earlier chart revisions accepted that no longer do anything (docs/chart.md, "Values
+changes between revisions"), and why."""
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -192,8 +199,12 @@ def _describe(error: SchemaError, prefix: str) -> list[str]:
         lines = []
         for k in extra:
             key = _path(where if where != "(root)" else "", [k])
-            moved = MOVED.get(key)
-            lines.append(f"{key}: moved to {moved}" if moved else f"{key}: unknown key{hint}")
+            if key in MOVED:
+                lines.append(f"{key}: moved to {MOVED[key]}")
+            elif key in REMOVED:
+                lines.append(f"{key}: removed ({REMOVED[key]})")
+            else:
+                lines.append(f"{key}: unknown key{hint}")
         return lines
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
@@ -325,16 +336,6 @@ def cross_field_problems(values: Values) -> list[str]:
                 (str(data.get("path") or "").startswith("hdfs:///") and not data.get("hdfsAddress"))
                 and "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL "
                 "without a namenode"
-            )
-        )
-        rule(
-            lambda: (
-                (
-                    _dig(values, "trainer.rbac.create")
-                    and not _dig(values, "trainer.serviceAccount.create")
-                )
-                and "trainer.rbac.create: needs trainer.serviceAccount.create "
-                "(the Role is bound to the coordinator's ServiceAccount)"
             )
         )
         vol = _dig(values, "trainer.volcano", {})

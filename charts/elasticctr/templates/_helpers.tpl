@@ -68,9 +68,6 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
     {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
   {{- end -}}
-  {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
-    {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
-  {{- end -}}
   {{- $vol := $v.trainer.volcano -}}
   {{- if and $vol.createQueue.enabled (eq $vol.queue "default") -}}
     {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}

@@ -44,10 +44,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- include "trainer.fullname" . -}}
 {{- end -}}
 
-{{- define "trainer.coordinatorServiceAccountName" -}}
-{{- printf "%s-coordinator" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
 {{/* The platform release whose fileserver, MLflow, cube and serving this job uses: this
 release, or global.scenario.platform for a scenario release (docs/platform.md). */}}
 {{- define "trainer.platform" -}}

@@ -91,8 +91,8 @@ spec:
   {{- with $class }}
   priorityClassName: {{ . }}
   {{- end }}
-  serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}
-  automountServiceAccountToken: {{ and (eq .role "coordinator") $v.rbac.create }}
+  serviceAccountName: {{ if $v.serviceAccount.create }}{{ include "trainer.serviceAccountName" $ctx }}{{ else }}default{{ end }}
+  automountServiceAccountToken: false
   {{- with $v.global.image.pullSecrets }}
   imagePullSecrets:
     {{- range . }}
