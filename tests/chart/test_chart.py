@@ -175,6 +175,8 @@ AGREEMENT_CASES = [
     {"mlflow": {"enabled": False}, "trainer": {"enabled": False}, "serving": {"enabled": False}},
     {"mlflow": {"enabled": False}, "global": {"mlflow": {"trackingUri": "http://mlflow:5000"}}},
     {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
+    {"cube": {"transfer": {"serviceAccount": {"create": False}}}},
+    {"cube": {"transfer": {"scenarios": False, "serviceAccount": {"create": False}}}},
     {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
     {
         "serving": {

@@ -257,6 +257,12 @@ RULES = [
         {"cube": {"shards": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
         "cube.podDisruptionBudget.maxUnavailable: 2 would let every shard (2) go down at once",
     ),
+    (
+        {"cube": {"transfer": {"serviceAccount": {"create": False}}}},
+        "cube.transfer.serviceAccount.name: required when cube.transfer.serviceAccount.create "
+        "is false and cube.transfer.scenarios is on (its Role, which reads the scenario "
+        "registrations, would be bound to the namespace's default account)",
+    ),
 ]
 
 

@@ -45,6 +45,13 @@ REMOVED = {
 """Keys earlier chart revisions accepted that no longer do anything (docs/chart.md, "Values
 changes between revisions"), and why."""
 
+RESHAPED = {
+    "trainer.extraEnv": "a list of Kubernetes EnvVar objects now, e.g. [{name: GLOG_v, "
+    'value: "1"}] (valueFrom works too); the map NAME: value of earlier revisions is gone',
+}
+"""Keys whose shape changed between chart revisions (docs/chart.md, "Values changes between
+revisions"): a value of the old shape is a type error, this says what to write."""
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -209,10 +216,17 @@ def _describe(error: SchemaError, prefix: str) -> list[str]:
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [f"{_path(where if where != '(root)' else '', [missing])}: required"]
+    if error.validator == "type" and where in RESHAPED:
+        return [f"{where}: {RESHAPED[where]}"]
     if error.validator == "not" and isinstance(error.validator_value, dict):
         banned = error.validator_value.get("const")
         if banned is not None:
             return [f"{where}: must not be {banned!r}"]
+        if error.validator_value == {}:  # a key the schema reserves (patternProperties)
+            return [f"{where}: not allowed ({schema.get('description', 'reserved')})"]
+        both = error.validator_value.get("required")
+        if both:
+            return [f"{where}: set one of {' or '.join(both)}, not both"]
     message = error.message
     if error.validator in ("pattern", "anyOf") and schema.get("description"):
         message = f"{message} (expected: {schema['description']})"
@@ -522,6 +536,19 @@ def cross_field_problems(values: Values) -> list[str]:
                 )
 
         rule(cube_pdb)
+
+        def transfer_account():
+            t = values["cube"]["transfer"]
+            sa = t["serviceAccount"]
+            if t["scenarios"] and not sa["create"] and not sa["name"]:
+                return (
+                    "cube.transfer.serviceAccount.name: required when "
+                    "cube.transfer.serviceAccount.create is false and cube.transfer.scenarios "
+                    "is on (its Role, which reads the scenario registrations, would be bound "
+                    "to the namespace's default account)"
+                )
+
+        rule(transfer_account)
     return problems
 
 
