@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 import yaml
-from chart_helpers import CHART, KUBE_VERSIONS, run
+from chart_helpers import CHART, KUBE_VERSIONS, REPO, run
 
 from elasticctr import values as chart_values
 
@@ -264,3 +265,38 @@ def test_a_wrong_pod_setting_is_refused_naming_the_field(
     assert helm_says in rendered.stderr, rendered.stderr
     problems = chart_values.validate(user, CHART)
     assert problems and problems[0].startswith(ectl_says), problems
+
+
+def test_publish_records_a_values_file_that_pins_every_image_by_digest(helm, tmp_path):
+    """publish.sh's digests record -> `meta.py digest-values` (what publish.sh writes as
+    elasticctr-<version>.digests-values.yaml) -> every pod pulls its image by digest."""
+    meta = REPO / "scripts" / "images" / "meta.py"
+    images = ("train", "serving", "cube", "fileserver", "mlflow")
+    digests = {i: "sha256:" + f"{n:x}" * 64 for n, i in enumerate(images, start=1)}
+    record = {
+        "registry": "127.0.0.1:5000",
+        "chart": {"reference": "oci://127.0.0.1:5000/charts/elasticctr:0.1.0", "digest": "x"},
+        "images": {
+            f"127.0.0.1:5000/elasticctr/elasticctr-{i}:0.1.0": d for i, d in digests.items()
+        },
+    }
+    (tmp_path / "digests.json").write_text(json.dumps(record))
+    made = run([sys.executable, str(meta), "digest-values", str(tmp_path / "digests.json")])
+    assert made.returncode == 0, made.stderr
+    values = tmp_path / "digests-values.yaml"
+    values.write_text(made.stdout)
+    assert chart_values.validate_files([values], CHART) == []
+    rendered = _template(helm, CHART, "-f", str(values))
+    assert rendered.returncode == 0, rendered.stderr
+    pulled = {
+        (name, c["image"])
+        for d in yaml.safe_load_all(rendered.stdout)
+        if d
+        for name, pod in _pods(d)
+        for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+    }
+    assert len(pulled) >= 9
+    for name, image in pulled:
+        repo, _, digest = image.partition("@")
+        part = repo.rsplit("/", 1)[-1].removeprefix("elasticctr-")
+        assert digest == digests[part], (name, image)
