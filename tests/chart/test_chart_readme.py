@@ -64,8 +64,8 @@ def test_umbrella_readme_lists_every_subcharts_values():
         assert f"| {sub.name}.image.name | string |" in text, sub.name
         assert f"| {sub.name}.serviceAccount.name | string |" in text, sub.name
         assert f"| {sub.name}.podAnnotations | object |" in text, sub.name
-    assert '| cube.shards | int | `2` | Number of shards' in text
-    assert "| trainer.model.name | string | `\"dnn\"` |" in text
+    assert "| cube.shards | int | `2` | Number of shards" in text
+    assert '| trainer.model.name | string | `"dnn"` |' in text
 
 
 def test_helm_docs_reads_the_comments(tmp_path):
