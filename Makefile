@@ -57,8 +57,11 @@ publish: images tools  ## push the images and the chart to REGISTRY=HOST:PORT (d
 	@test -n "$(REGISTRY)" || { echo "usage: make publish REGISTRY=HOST:PORT" >&2; exit 2; }
 	@scripts/images/publish.sh "$(REGISTRY)"
 
+# The umbrella's README lists its subcharts' values too (`cube.shards`, ...), each with its
+# `# --` comment; tests/chart/test_chart_readme.py runs helm-docs with these same flags.
+HELM_DOCS_FLAGS := --log-level warning --document-dependency-values
 chart-docs: tools  ## regenerate each chart's README.md from its values.yaml comments (helm-docs)
-	@source scripts/tools-env.sh && helm-docs --chart-search-root charts --log-level warning
+	@source scripts/tools-env.sh && helm-docs --chart-search-root charts $(HELM_DOCS_FLAGS)
 
 .PHONY: bench-deepctr
 bench-deepctr: venv  ## training throughput vs DeepCTR-Torch (creates .bench-venv/, ~5.6 GB); ARGS="--lines N"

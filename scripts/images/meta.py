@@ -8,6 +8,9 @@
                             hard-link the wheel of every `name==version` in PINS into DIR
   meta.py prune PINS WHEELHOUSE
                             delete the wheels of WHEELHOUSE that PINS does not name
+  meta.py digest-values DIGESTS_JSON
+                            the values file that pins every part's image by its digest
+                            (`<part>.image.digest`), from publish.sh's digests record
 
 Layer lists come from pyproject.toml's dependency groups; build.sh pins each layer's list
 within constraints.txt (uv pip compile). `paddle` is what the train and serve extras share,
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "elasticctr"
 # Image name suffix -> the chart's values key holding `image.name` (mlflow: subchart too).
 IMAGES = ("train", "serving", "cube", "fileserver", "mlflow")
+VALUES_KEY = {"train": "trainer"}  # the others: the suffix itself
 
 
 def chart_facts() -> dict[str, str]:
@@ -84,6 +88,19 @@ def wheels(folder: Path) -> dict[tuple[str, str], Path]:
     return out
 
 
+def digest_values(record: dict) -> dict:
+    """Values that pull every published image by its digest: `{<part>: {image: {digest}}}`
+    from publish.sh's record (`images`: reference `.../elasticctr-<image>:<tag>` -> digest).
+    The helm test pod follows serving's."""
+    out: dict = {}
+    for ref, digest in sorted(record["images"].items()):
+        image = ref.rsplit("/", 1)[-1].split(":", 1)[0].removeprefix("elasticctr-")
+        if image not in IMAGES:
+            raise ValueError(f"{ref}: not an image of the chart ({', '.join(IMAGES)})")
+        out[VALUES_KEY.get(image, image)] = {"image": {"digest": digest}}
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["shell"]:
         for key, value in chart_facts().items():
@@ -113,6 +130,13 @@ def main(argv: list[str]) -> int:
         for key, wheel in wheels(Path(argv[2])).items():
             if key not in wanted:
                 wheel.unlink()
+        return 0
+    if len(argv) == 2 and argv[0] == "digest-values":
+        import json
+
+        record = json.loads(Path(argv[1]).read_text())
+        print("# Every image by its digest (`make publish`); use with -f after your values.")
+        print(yaml.safe_dump(digest_values(record), sort_keys=True), end="")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -9,6 +9,8 @@
 #    by default, and pushes it with `helm push` to oci://REGISTRY/charts;
 # 3. writes OUT_DIR/elasticctr-<version>.tgz and OUT_DIR/elasticctr-<version>.digests.json
 #    (the registry, the chart reference and digest, each image reference with its digest),
+#    OUT_DIR/elasticctr-<version>.digests-values.yaml (every part's image.digest: install
+#    with it to pull each image by digest),
 #    and copies each image's CycloneDX SBOM (made by build.sh) to OUT_DIR/sbom/.
 # Plain HTTP for a registry on a loopback address (what scripts/registry.sh serves), TLS for
 # any other (log in first with `docker login` and `helm registry login`).
@@ -79,6 +81,7 @@ print(json.dumps({
     "images": {l[1]: l[2] for l in lines if l[0] == "image"},
 }, indent=2))
 PYEOF
+"$PY" scripts/images/meta.py digest-values "${pkg%.tgz}.digests.json" >"${pkg%.tgz}.digests-values.yaml"
 mkdir -p "$OUT/sbom"
 for image in $IMAGES; do
   sbom="${ELASTICCTR_IMAGES_CACHE:-$HOME/.cache/elasticctr/images}/sbom/elasticctr-$image-$VERSION.cdx.json"

@@ -175,8 +175,9 @@ AGREEMENT_CASES = [
     {"mlflow": {"enabled": False}, "trainer": {"enabled": False}, "serving": {"enabled": False}},
     {"mlflow": {"enabled": False}, "global": {"mlflow": {"trackingUri": "http://mlflow:5000"}}},
     {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
+    {"cube": {"transfer": {"serviceAccount": {"create": False}}}},
+    {"cube": {"transfer": {"scenarios": False, "serviceAccount": {"create": False}}}},
     {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
-    {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
     {
         "serving": {
             "autoscaling": {"enabled": False},

@@ -4,6 +4,7 @@ regenerate with `make chart-docs` after changing a chart's values or Chart.yaml.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -16,9 +17,16 @@ pytestmark = pytest.mark.chart
 CHARTS = [CHART, *sorted(p.parent for p in (CHART / "charts").glob("*/Chart.yaml"))]
 
 
+def _flags() -> list[str]:
+    """`make chart-docs`'s helm-docs flags (HELM_DOCS_FLAGS in the Makefile)."""
+    match = re.search(r"^HELM_DOCS_FLAGS := (.+)$", (REPO / "Makefile").read_text(), re.M)
+    assert match, "HELM_DOCS_FLAGS missing from the Makefile"
+    return match.group(1).split()
+
+
 def _generate(root):
     done = subprocess.run(
-        [require_tool("helm-docs"), "--chart-search-root", str(root), "--log-level", "warning"],
+        [require_tool("helm-docs"), "--chart-search-root", str(root), *_flags()],
         capture_output=True,
         text=True,
         timeout=120,
@@ -46,6 +54,18 @@ def test_readme_documents_the_image_values(tmp_path):
     assert '| global.image.registry | string | `""` |' in text
     mlflow = (CHART / "charts" / "mlflow" / "README.md").read_text()
     assert '| image.name | string | `"elasticctr-mlflow"` |' in mlflow
+
+
+def test_umbrella_readme_lists_every_subcharts_values():
+    """helm-docs --document-dependency-values: one README shows every key a user sets,
+    the subcharts' prefixed with their name, each with its comment."""
+    text = (CHART / "README.md").read_text()
+    for sub in CHARTS[1:]:
+        assert f"| {sub.name}.image.name | string |" in text, sub.name
+        assert f"| {sub.name}.serviceAccount.name | string |" in text, sub.name
+        assert f"| {sub.name}.podAnnotations | object |" in text, sub.name
+    assert "| cube.shards | int | `2` | Number of shards" in text
+    assert '| trainer.model.name | string | `"dnn"` |' in text
 
 
 def test_helm_docs_reads_the_comments(tmp_path):

@@ -67,7 +67,7 @@ def test_one_target_per_image_the_chart_pulls():
     assert set(TARGETS) <= set(stages())
     # The helm test hook runs the serving image (templates/tests/predict.yaml).
     hook = (CHART / "templates" / "tests" / "predict.yaml").read_text()
-    assert "$s.image.name" in hook and "$s := .Values.serving" in hook
+    assert '"image" $s.image' in hook and "$s := .Values.serving" in hook
 
 
 def test_hadolint_passes():

@@ -225,19 +225,18 @@ SECOND_NS = "ctr-rbac"
 
 
 @pytest.fixture(scope="module")
-def second(cluster, ectl, tmp_path_factory):
-    """Demo values plus the coordinator's Role, in a namespace of its own; uninstalled by
+def second(cluster, ectl):
+    """The demo values again, in a namespace of their own; uninstalled by
     test_uninstall_leaves_nothing_behind."""
-    overlay = tmp_path_factory.mktemp("values") / "rbac.yaml"
-    overlay.write_text(yaml.safe_dump({"trainer": {"rbac": {"create": True}}}))
-    proc = ectl("install", "-f", str(DEMO), "-f", str(overlay), "-R", RELEASE, "-n", SECOND_NS,
+    proc = ectl("install", "-f", str(DEMO), "-R", RELEASE, "-n", SECOND_NS,
                 "-o", "json", kubeconfig=cluster.kubeconfig)  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return manifest(cluster, SECOND_NS)
 
 
 def test_chart_rbac_is_least_privilege(cluster, second):
-    """The coordinator's Role, evaluated by the real RBAC authorizer."""
+    """The chart's one Role (cube-transfer reads the scenario registrations), evaluated by
+    the real RBAC authorizer; the training job's account may read nothing."""
     from kubernetes import client
 
     assert {"Role", "RoleBinding"} <= {d["kind"] for d in second}
@@ -257,12 +256,13 @@ def test_chart_rbac_is_least_privilege(cluster, second):
             )
             return authz.create_subject_access_review(review).status.allowed
 
-        coordinator = f"{RELEASE}-trainer-coordinator"
-        assert all(allowed(coordinator, verb, "pods") for verb in ("get", "list", "watch"))
-        assert not allowed(coordinator, "delete", "pods")
-        assert not allowed(coordinator, "get", "secrets")
-        assert not allowed(coordinator, "list", "pods", namespace="default")
+        transfer = f"{RELEASE}-cube-transfer"
+        assert all(allowed(transfer, verb, "configmaps") for verb in ("get", "list"))
+        assert not allowed(transfer, "update", "configmaps")
+        assert not allowed(transfer, "get", "secrets")
+        assert not allowed(transfer, "list", "configmaps", namespace="default")
         assert not allowed(f"{RELEASE}-trainer", "list", "pods")
+        assert not allowed(f"{RELEASE}-trainer", "get", "configmaps")
     finally:
         api.close()
 

@@ -23,8 +23,10 @@ chart revision a deployed release is upgraded from (or ELASTICCTR_CT_PREVIOUS): 
 then upgrades that revision's releases to the current chart with every set. The chart's
 version has been 0.1.0 from the start (ct's semver check never skips the upgrade), so there
 is no older published version to start from: the pinned revision is the newest chart change
-(cf6b50e) that installed with every set; move it forward when a chart version is released
-and when a values key moves (docs/chart.md, "Values changes between revisions").
+that moved a values key (a4c03c1: issue 27 removed trainer.rbac and made trainer.extraEnv a
+list, which the ci sets of cf6b50e used); move it forward when a chart version is released
+and when a values key moves (docs/chart.md, "Values changes between revisions"): ct upgrades
+with the previous revision's own ci values file, which the new chart's schema must accept.
 While the current chart equals that revision, round 1 upgrades each set's release to an
 identical chart (no-op `helm upgrade`: generated Secrets kept through `lookup`, no immutable
 field changed, the Volcano Job kept, still ready, `helm test` passes again) like round 2.
@@ -64,7 +66,7 @@ SETS = sorted(p.name for p in (REPO / CHART / "ci").glob("*-values.yaml"))
 # Each helm install/upgrade/test/uninstall: a release not ready by then fails the round.
 HELM_TIMEOUT = "300s"
 # The chart revision ct upgrades from in round 1 (see the module docstring).
-PREVIOUS_CHART_REVISION = "cf6b50ec6c9ca892885f47888af87acabfc1a579"
+PREVIOUS_CHART_REVISION = "a4c03c1a3cc9cf8880c102ba26025838022db46a"
 SMALL_NODE = Path(__file__).with_name("ct-small-node-values.yaml")
 HDFS_USER = "ct"  # the external-stores set's HDFS user (its hdfs-ugi Secret)
 

@@ -105,6 +105,26 @@ def test_unknown_top_level_key_is_reported(chart):
     ]
 
 
+def test_global_is_open_for_a_parent_chart_but_ectl_refuses_typos_in_it(chart):
+    """The chart's schema lets a parent umbrella's own globals through (Helm hands them to
+    this chart when it is a subchart); ectl installs it as the top chart, where an unknown
+    global key is a typo, and our own global objects are closed for helm too."""
+    schema_global = chart.chart.schema["properties"]["global"]
+    assert "additionalProperties" not in schema_global
+    assert all(
+        prop.get("additionalProperties") is not None
+        for prop in schema_global["properties"].values()
+        if prop.get("type") == "object"
+    )
+    problems = V.validate({"global": {"modelstore": "s3://b/m", "image": {"tagg": "1"}}}, chart)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("global.modelstore: unknown key (allowed: commonLabels, data, ")
+    assert "modelStore" in problems[0]
+    assert problems[1].startswith("global.image.tagg: unknown key (allowed: ")
+    # The chart's own file is not changed by the check.
+    assert "additionalProperties" not in chart.chart.schema["properties"]["global"]
+
+
 def test_a_key_an_earlier_chart_accepted_says_where_it_moved(chart):
     # values files written for the chart before the stores had one home (docs/chart.md)
     old = {"trainer": {"hdfs": {"existingSecret": "hdfs-ugi", "existingSecretKey": "hdfsUgi"}}}
@@ -113,6 +133,12 @@ def test_a_key_an_earlier_chart_accepted_says_where_it_moved(chart):
     assert "global.data.hdfsUgiSecret" in problems[0]
     new = {"global": {"data": {"hdfsUgiSecret": {"name": "hdfs-ugi", "key": "hdfsUgi"}}}}
     assert V.validate(new, chart) == []
+
+
+def test_a_key_that_no_longer_does_anything_says_so(chart):
+    problems = V.validate({"trainer": {"rbac": {"create": True}}}, chart)
+    assert problems == [f"trainer.rbac: removed ({V.REMOVED['trainer.rbac']})"]
+    assert "delete the key" in problems[0]
 
 
 def test_disabled_subchart_is_not_schema_checked(chart):
@@ -154,11 +180,6 @@ RULES = [
         "trainer.fileserverToken.existingSecret: must be fs-token like "
         "fileserver.auth.existingSecret (training uploads model versions to the fileserver "
         "with that token)",
-    ),
-    (
-        {"trainer": {"serviceAccount": {"create": False}, "rbac": {"create": True}}},
-        "trainer.rbac.create: needs trainer.serviceAccount.create "
-        "(the Role is bound to the coordinator's ServiceAccount)",
     ),
     (
         {"trainer": {"volcano": {"priorityClasses": {"create": True, "guaranteed": "ps"}}}},
@@ -235,6 +256,12 @@ RULES = [
     (
         {"cube": {"shards": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
         "cube.podDisruptionBudget.maxUnavailable: 2 would let every shard (2) go down at once",
+    ),
+    (
+        {"cube": {"transfer": {"serviceAccount": {"create": False}}}},
+        "cube.transfer.serviceAccount.name: required when cube.transfer.serviceAccount.create "
+        "is false and cube.transfer.scenarios is on (its Role, which reads the scenario "
+        "registrations, would be bound to the namespace's default account)",
     ),
 ]
 

@@ -38,6 +38,20 @@ MOVED = {
 """Keys earlier chart revisions accepted, and where their setting lives now (docs/chart.md,
 "Values changes between revisions"): the schema refuses them, this says what to write."""
 
+REMOVED = {
+    "trainer.rbac": "no part of the training job calls the Kubernetes API, so it had nothing "
+    "to grant; delete the key",
+}
+"""Keys earlier chart revisions accepted that no longer do anything (docs/chart.md, "Values
+changes between revisions"), and why."""
+
+RESHAPED = {
+    "trainer.extraEnv": "a list of Kubernetes EnvVar objects now, e.g. [{name: GLOG_v, "
+    'value: "1"}] (valueFrom works too); the map NAME: value of earlier revisions is gone',
+}
+"""Keys whose shape changed between chart revisions (docs/chart.md, "Values changes between
+revisions"): a value of the old shape is a type error, this says what to write."""
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -192,16 +206,27 @@ def _describe(error: SchemaError, prefix: str) -> list[str]:
         lines = []
         for k in extra:
             key = _path(where if where != "(root)" else "", [k])
-            moved = MOVED.get(key)
-            lines.append(f"{key}: moved to {moved}" if moved else f"{key}: unknown key{hint}")
+            if key in MOVED:
+                lines.append(f"{key}: moved to {MOVED[key]}")
+            elif key in REMOVED:
+                lines.append(f"{key}: removed ({REMOVED[key]})")
+            else:
+                lines.append(f"{key}: unknown key{hint}")
         return lines
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [f"{_path(where if where != '(root)' else '', [missing])}: required"]
+    if error.validator == "type" and where in RESHAPED:
+        return [f"{where}: {RESHAPED[where]}"]
     if error.validator == "not" and isinstance(error.validator_value, dict):
         banned = error.validator_value.get("const")
         if banned is not None:
             return [f"{where}: must not be {banned!r}"]
+        if error.validator_value == {}:  # a key the schema reserves (patternProperties)
+            return [f"{where}: not allowed ({schema.get('description', 'reserved')})"]
+        both = error.validator_value.get("required")
+        if both:
+            return [f"{where}: set one of {' or '.join(both)}, not both"]
     message = error.message
     if error.validator in ("pattern", "anyOf") and schema.get("description"):
         message = f"{message} (expected: {schema['description']})"
@@ -218,6 +243,21 @@ def _schema_problems(schema: dict[str, Any] | None, instance: Values, prefix: st
             if line not in problems:
                 problems.append(line)
     return problems
+
+
+def _closed_global(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The umbrella schema with `global` closed at its top level too.
+
+    The chart's schema leaves `global` open there, because when the chart is a subchart of
+    someone's umbrella Helm hands it the parent's globals as well. `ectl` installs this
+    chart as the top chart, where nobody else reads `global`: a key we do not know there
+    is a typo (`global.modelstore`), reported like one anywhere else."""
+    g = (schema or {}).get("properties", {}).get("global")
+    if not isinstance(g, dict) or "properties" not in g or "additionalProperties" in g:
+        return schema
+    closed = copy.deepcopy(schema)
+    closed["properties"]["global"]["additionalProperties"] = False
+    return closed
 
 
 def _int(value: Any) -> int:
@@ -310,16 +350,6 @@ def cross_field_problems(values: Values) -> list[str]:
                 (str(data.get("path") or "").startswith("hdfs:///") and not data.get("hdfsAddress"))
                 and "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL "
                 "without a namenode"
-            )
-        )
-        rule(
-            lambda: (
-                (
-                    _dig(values, "trainer.rbac.create")
-                    and not _dig(values, "trainer.serviceAccount.create")
-                )
-                and "trainer.rbac.create: needs trainer.serviceAccount.create "
-                "(the Role is bound to the coordinator's ServiceAccount)"
             )
         )
         vol = _dig(values, "trainer.volcano", {})
@@ -506,6 +536,19 @@ def cross_field_problems(values: Values) -> list[str]:
                 )
 
         rule(cube_pdb)
+
+        def transfer_account():
+            t = values["cube"]["transfer"]
+            sa = t["serviceAccount"]
+            if t["scenarios"] and not sa["create"] and not sa["name"]:
+                return (
+                    "cube.transfer.serviceAccount.name: required when "
+                    "cube.transfer.serviceAccount.create is false and cube.transfer.scenarios "
+                    "is on (its Role, which reads the scenario registrations, would be bound "
+                    "to the namespace's default account)"
+                )
+
+        rule(transfer_account)
     return problems
 
 
@@ -526,7 +569,7 @@ def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
         return [f"(root): values must be a mapping, got {type(user).__name__}"]
     umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
     values = effective_values(user, umbrella)
-    problems = _schema_problems(umbrella.chart.schema, values, "")
+    problems = _schema_problems(_closed_global(umbrella.chart.schema), values, "")
     for sub in umbrella.subcharts:
         if _enabled(values, sub.condition):
             section = _subchart_values(values, sub)

@@ -68,9 +68,6 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
     {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
   {{- end -}}
-  {{- if and $v.trainer.rbac.create (not $v.trainer.serviceAccount.create) -}}
-    {{- $errs = append $errs "trainer.rbac.create: needs trainer.serviceAccount.create (the Role is bound to the coordinator's ServiceAccount)" -}}
-  {{- end -}}
   {{- $vol := $v.trainer.volcano -}}
   {{- if and $vol.createQueue.enabled (eq $vol.queue "default") -}}
     {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}
@@ -149,6 +146,12 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
 {{- end -}}
 {{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
   {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every shard (%d) go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) -}}
+{{- end -}}
+{{- if $v.cube.enabled -}}
+  {{- $tsa := $v.cube.transfer.serviceAccount -}}
+  {{- if and $v.cube.transfer.scenarios (not $tsa.create) (not $tsa.name) -}}
+    {{- $errs = append $errs "cube.transfer.serviceAccount.name: required when cube.transfer.serviceAccount.create is false and cube.transfer.scenarios is on (its Role, which reads the scenario registrations, would be bound to the namespace's default account)" -}}
+  {{- end -}}
 {{- end -}}
 {{- if $errs -}}
 {{- fail (printf "\n\nvalues are invalid:\n  %s\n" (join "\n  " $errs)) -}}
@@ -343,4 +346,96 @@ allowFromPods) to the metrics port, when the part is monitored; nothing otherwis
           {{- toYaml . | nindent 10 }}
       {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/*
+Conventions every workload shares (docs/chart.md "Pod settings of every workload"): the
+subcharts call these with their own values, so there is one copy of each. Args named `v`
+are a part's values (a subchart's `.Values`, or the umbrella's `.Values.tests`).
+*/}}
+
+{{/* Image of a part: <registry>/<repository>/<name>, then `@<digest>` when the part's
+image.digest is set (`make publish` records each image's digest), else `:<tag>` (the
+part's tag, else global.image.tag, else the chart's appVersion). Args: ctx (a chart's
+context), image (the part's image values: name, tag, digest). */}}
+{{- define "elasticctr.image" -}}
+{{- $g := .ctx.Values.global.image -}}
+{{- $repo := printf "%s/%s" $g.repository .image.name -}}
+{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.image.tag | default $g.tag | default .ctx.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount a workload runs as: serviceAccount.name when set, else the part's
+own account when the chart creates it, else `default`. Args: sa (serviceAccount values:
+create, name), name (the part's own account name). */}}
+{{- define "elasticctr.serviceAccountName" -}}
+{{- if .sa.name -}}{{ .sa.name }}{{- else if .sa.create -}}{{ .name }}{{- else -}}default{{- end -}}
+{{- end -}}
+
+{{/* Pod template labels or annotations: the chart's own (`own`, YAML text, rendered as
+given), then those of `extra` (a part's podLabels or podAnnotations) whose keys the chart
+does not set itself: selectors, NetworkPolicies, monitors and config checksums keep
+working whatever a user adds. */}}
+{{- define "elasticctr.podMetadata" -}}
+{{- $own := fromYaml .own -}}
+{{- $extra := dict -}}
+{{- range $key, $value := .extra -}}
+{{- if not (hasKey $own $key) }}{{ $_ := set $extra $key (toString $value) }}{{ end -}}
+{{- end -}}
+{{ .own }}
+{{- with $extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The helpers below render nothing, or text without a leading newline for
+`{{- with include ... }}{{ . | nindent N }}{{ end }}`. */}}
+
+{{/* Container env entries of v.extraEnv (Kubernetes EnvVar objects: `value` or
+`valueFrom`), appended after the chart's own: for a name the chart sets too, the container
+gets the user's (the last entry). */}}
+{{- define "elasticctr.extraEnv" -}}
+{{- with .v.extraEnv }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* A container's `envFrom:` of v.extraEnvFrom (ConfigMaps and Secrets as variables). */}}
+{{- define "elasticctr.extraEnvFrom" -}}
+{{- with .v.extraEnvFrom }}{{ printf "envFrom:\n%s" (toYaml . | indent 2) }}{{ end -}}
+{{- end -}}
+
+{{/* Volume mount entries of v.extraVolumeMounts, appended to a container's own. */}}
+{{- define "elasticctr.extraVolumeMounts" -}}
+{{- with .v.extraVolumeMounts }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* Volume entries of v.extraVolumes, appended to a pod's own. */}}
+{{- define "elasticctr.extraVolumes" -}}
+{{- with .v.extraVolumes }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* Where a pod runs: v.nodeSelector, v.tolerations, v.affinity and
+v.topologySpreadConstraints; a constraint without a labelSelector gets the workload's own
+pod labels (`selector`, a dict), so that it spreads the pods of this workload. */}}
+{{- define "elasticctr.podPlacement" -}}
+{{- $v := .v -}}
+{{- $out := list -}}
+{{- range $key := list "nodeSelector" "tolerations" "affinity" -}}
+{{- with index $v $key }}{{ $out = append $out (printf "%s:\n%s" $key (toYaml . | indent 2)) }}{{ end -}}
+{{- end -}}
+{{- with $v.topologySpreadConstraints -}}
+{{- $constraints := list -}}
+{{- range . -}}
+{{- $c := . -}}
+{{- if not (hasKey $c "labelSelector") -}}
+{{- $c = merge (dict "labelSelector" (dict "matchLabels" $.selector)) $c -}}
+{{- end -}}
+{{- $constraints = append $constraints $c -}}
+{{- end -}}
+{{- $out = append $out (printf "topologySpreadConstraints:\n%s" (toYaml $constraints | indent 2)) -}}
+{{- end -}}
+{{- join "\n" $out -}}
 {{- end -}}

@@ -31,13 +31,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
-{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
+{{/* Image reference (elasticctr.image): <registry>/<repository>/<name>, @<digest> or :<tag>. */}}
 {{- define "cube.image" -}}
-{{- $g := .Values.global.image -}}
-{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
-{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
-{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- include "elasticctr.image" (dict "ctx" . "image" .Values.image) -}}
 {{- end -}}
 
 
@@ -87,14 +83,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       key: {{ if .Values.adminToken.existingSecret }}{{ .Values.adminToken.existingSecretKey }}{{ else }}token{{ end }}
 {{- end -}}
 
-{{/* The pod spec both cube workloads share. cube-transfer, when it follows the platform's
-scenarios, runs as its own account with a token (rbac.yaml); the shards get none. */}}
+{{/* cube-transfer's account (transfer.serviceAccount): its name, else <release>-cube-transfer
+when created, else default. */}}
+{{- define "cube.transferServiceAccountName" -}}
+{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.transfer.serviceAccount "name" (printf "%s-transfer" (include "cube.fullname" .))) -}}
+{{- end -}}
+
+{{/* The pod spec both cube workloads share (args: the chart's context, plus `transfer`
+for cube-transfer; `component`: the workload's component label). Each runs as its own
+account; cube-transfer, when it follows the platform's scenarios, with a token (its Role in
+rbac.yaml); the shards never get one. */}}
 {{- define "cube.podSpecCommon" -}}
-{{- if and .transfer .Values.transfer.scenarios }}
-serviceAccountName: {{ include "cube.fullname" . }}-transfer
-automountServiceAccountToken: true
+{{- if .transfer }}
+serviceAccountName: {{ include "cube.transferServiceAccountName" . }}
+automountServiceAccountToken: {{ .Values.transfer.scenarios }}
 {{- else }}
-serviceAccountName: {{ .Values.serviceAccount.create | ternary (include "cube.fullname" .) "default" }}
+serviceAccountName: {{ include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "cube.fullname" .)) }}
 automountServiceAccountToken: false
 {{- end }}
 {{- with .Values.global.image.pullSecrets }}
@@ -105,16 +109,8 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
-nodeSelector:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with .Values.tolerations }}
-tolerations:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with .Values.affinity }}
-affinity:
-  {{- toYaml . | nindent 2 }}
+{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "cube.selectorLabels" .) .component | fromYaml }}
+{{- with include "elasticctr.podPlacement" (dict "v" .Values "selector" $selector) }}
+{{ . }}
 {{- end }}
 {{- end -}}

@@ -31,13 +31,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
-{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
+{{/* Image reference (elasticctr.image): <registry>/<repository>/<name>, @<digest> or :<tag>. */}}
 {{- define "serving.image" -}}
-{{- $g := .Values.global.image -}}
-{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
-{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
-{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- include "elasticctr.image" (dict "ctx" . "image" .Values.image) -}}
 {{- end -}}
 
 

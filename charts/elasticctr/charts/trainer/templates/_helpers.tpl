@@ -31,21 +31,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
-{{/* Image reference: <registry>/<repository>/<name>:<tag>; tag falls back to appVersion. */}}
+{{/* Image reference (elasticctr.image): <registry>/<repository>/<name>, @<digest> or :<tag>. */}}
 {{- define "trainer.image" -}}
-{{- $g := .Values.global.image -}}
-{{- $tag := .Values.image.tag | default $g.tag | default .Chart.AppVersion -}}
-{{- $repo := printf "%s/%s" $g.repository .Values.image.name -}}
-{{- if $g.registry -}}{{- $repo = printf "%s/%s" $g.registry $repo -}}{{- end -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- include "elasticctr.image" (dict "ctx" . "image" .Values.image) -}}
 {{- end -}}
 
+{{/* The job's account: serviceAccount.name, else <release>-trainer when created, else default. */}}
 {{- define "trainer.serviceAccountName" -}}
-{{- include "trainer.fullname" . -}}
-{{- end -}}
-
-{{- define "trainer.coordinatorServiceAccountName" -}}
-{{- printf "%s-coordinator" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "trainer.fullname" .)) -}}
 {{- end -}}
 
 {{/* The platform release whose fileserver, MLflow, cube and serving this job uses: this

@@ -73,16 +73,15 @@ tasks:
 {{- define "trainer.podTemplate" -}}
 {{- $ctx := .ctx -}}
 {{- $v := $ctx.Values -}}
+{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "trainer.selectorLabels" $ctx) .role }}
+{{- $labels := printf "%s\napp.kubernetes.io/part-of: elasticctr\n%s" $selector (include "trainer.scenarioLabels" $ctx) }}
+{{- /* Volcano's preempt and reclaim actions evict trainers only (and never below the gang). */}}
+{{- $annotations := printf "checksum/config: %s\nvolcano.sh/preemptable: %s" (include "trainer.configData" $ctx | sha256sum) (eq .role "trainer" | quote) }}
 metadata:
   labels:
-    {{- include "trainer.selectorLabels" $ctx | nindent 4 }}
-    app.kubernetes.io/component: {{ .role }}
-    app.kubernetes.io/part-of: elasticctr
-    {{- include "trainer.scenarioLabels" $ctx | nindent 4 }}
+    {{- include "elasticctr.podMetadata" (dict "own" $labels "extra" $v.podLabels) | nindent 4 }}
   annotations:
-    checksum/config: {{ include "trainer.configData" $ctx | sha256sum }}
-    # Volcano's preempt and reclaim actions evict trainers only (and never below the gang).
-    volcano.sh/preemptable: {{ eq .role "trainer" | quote }}
+    {{- include "elasticctr.podMetadata" (dict "own" $annotations "extra" $v.podAnnotations) | nindent 4 }}
 spec:
   # Trainers: a crash restarts the container in place; coordinator and pservers fail the pod,
   # so that their RestartJob policy restarts the job from the checkpoint.
@@ -91,8 +90,8 @@ spec:
   {{- with $class }}
   priorityClassName: {{ . }}
   {{- end }}
-  serviceAccountName: {{ if not $v.serviceAccount.create }}default{{ else if eq .role "coordinator" }}{{ include "trainer.coordinatorServiceAccountName" $ctx }}{{ else }}{{ include "trainer.serviceAccountName" $ctx }}{{ end }}
-  automountServiceAccountToken: {{ and (eq .role "coordinator") $v.rbac.create }}
+  serviceAccountName: {{ include "trainer.serviceAccountName" $ctx }}
+  automountServiceAccountToken: false
   {{- with $v.global.image.pullSecrets }}
   imagePullSecrets:
     {{- range . }}
@@ -101,18 +100,7 @@ spec:
   {{- end }}
   securityContext:
     {{- toYaml $v.podSecurityContext | nindent 4 }}
-  {{- with $v.nodeSelector }}
-  nodeSelector:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $v.tolerations }}
-  tolerations:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $v.affinity }}
-  affinity:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+  {{- with include "elasticctr.podPlacement" (dict "v" $v "selector" (fromYaml $selector)) }}{{ . | nindent 2 }}{{ end }}
   {{- with include "elasticctr.volumePermissions" (dict "ctx" $ctx "image" (include "trainer.image" $ctx) "volumes" (dict "staging" "/var/lib/elasticctr/staging")) }}{{ . | nindent 2 }}{{ end }}
   containers:
     - name: {{ .role }}
@@ -170,10 +158,8 @@ spec:
               key: {{ $v.fileserverToken.existingSecretKey }}
               # Not needed when the model store is not the fileserver.
               optional: true
-        {{- range $name, $value := $v.extraEnv }}
-        - name: {{ $name }}
-          value: {{ $value | quote }}
-        {{- end }}
+        {{- with include "elasticctr.extraEnv" (dict "v" $v) }}{{ . | nindent 8 }}{{ end }}
+      {{- with include "elasticctr.extraEnvFrom" (dict "v" $v) }}{{ . | nindent 6 }}{{ end }}
       {{- if .port }}
       ports:
         - name: {{ .role }}
@@ -224,6 +210,7 @@ spec:
           mountPath: /etc/elasticctr-scale
           readOnly: true
         {{- end }}
+        {{- with include "elasticctr.extraVolumeMounts" (dict "v" $v) }}{{ . | nindent 8 }}{{ end }}
   volumes:
     - name: config
       secret:
@@ -247,4 +234,5 @@ spec:
         # A job of an older chart revision may outlive the ConfigMap's first install.
         optional: true
     {{- end }}
+    {{- with include "elasticctr.extraVolumes" (dict "v" $v) }}{{ . | nindent 4 }}{{ end }}
 {{- end -}}
