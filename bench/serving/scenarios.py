@@ -79,7 +79,8 @@ def sh(args: list[str], what: str, timeout: float) -> str:
     out = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, "GLOG_minloglevel": "2"})  # fmt: skip
     if out.returncode != 0:
-        raise SystemExit(f"{what} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+        tail = out.stdout[-3000:] + out.stderr[-3000:]
+        raise SystemExit(f"{what} failed ({out.returncode}):\n{tail}")
     return out.stdout
 
 
@@ -217,11 +218,15 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 
 def batch_sums(url: str) -> tuple[float, float]:
+    """Serving's dynamic-batch histogram (elasticctr.metrics), summed over its labels."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    got = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
-           if ln.startswith(("ectl_serving_batch_samples_sum",
-                             "ectl_serving_batch_samples_count"))}  # fmt: skip
-    return got["ectl_serving_batch_samples_sum"], got["ectl_serving_batch_samples_count"]
+    name = "elasticctr_serving_batch_samples"
+    got = {"_sum": 0.0, "_count": 0.0}
+    for ln in text.splitlines():
+        metric = ln.split("{")[0].split()[0] if ln and not ln.startswith("#") else ""
+        if metric in (name + "_sum", name + "_count"):
+            got[metric[len(name) :]] += float(ln.rsplit(None, 1)[-1])
+    return got["_sum"], got["_count"]
 
 
 def answers(url: str, route: str, body: bytes) -> list[float]:
@@ -291,8 +296,9 @@ def main() -> None:
     ap.add_argument("--client-cpus", default="0", help="this process (the load generator)")
     ap.add_argument("--poll-interval", type=float, default=2.0, help="ectl serve's")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `ectl serve` option")
-    ap.add_argument("--workdir", type=Path,
-                    help="keep data and trained versions here (reused when present)")
+    ap.add_argument(
+        "--workdir", type=Path, help="keep data and trained versions here (reused when present)"
+    )
     ap.add_argument("--json", type=Path, help="also write every round here")
     args = ap.parse_args()
     specs = {sp.name: sp for sp in SCENARIOS}
