@@ -40,21 +40,34 @@ async def _one(host, port, requests, stop_at, warm_until, lat, errors, idx):
         writer.close()
 
 
-async def run(host, port, requests, concurrency, duration, warmup=1.0) -> dict:
+async def run(host, port, requests, concurrency, duration, warmup=1.0, mark=None) -> dict:
+    """`mark("start")` is called when the warm-up ends (the requests counted start from
+    then on), `mark("stop")` once every connection is done: the window a caller measures
+    other processes' CPU over (bench/serving/scenarios.py)."""
     lat: list[float] = []
     errors: list[int] = []
     start = time.perf_counter()
     warm_until = start + warmup
     stop_at = warm_until + duration
+
+    async def window_start():
+        await asyncio.sleep(max(0.0, warm_until - time.perf_counter()))
+        mark("start")
+
+    marker = asyncio.get_running_loop().create_task(window_start()) if mark else None
     await asyncio.gather(
         *(_one(host, port, requests, stop_at, warm_until, lat, errors, k * 7)
           for k in range(concurrency))
     )  # fmt: skip
+    if marker is not None:
+        await marker
+        mark("stop")
     arr = np.asarray(lat) * 1000
     return {
         "concurrency": concurrency,
         "requests": len(lat),
         "errors": len(errors),
+        "error_statuses": sorted(set(errors)),
         "qps": len(lat) / duration,
         "p50_ms": float(np.percentile(arr, 50)) if arr.size else float("nan"),
         "p99_ms": float(np.percentile(arr, 99)) if arr.size else float("nan"),

@@ -44,13 +44,28 @@ class Procs:
         self.tmp = tmp
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, args: list[str], env: dict | None = None, cpus: str | None = None
+    ) -> subprocess.Popen:
+        """`cpus` (taskset's list, e.g. "1" or "0,1"): the process runs only there."""
         log = open(self.tmp / f"{name}.log", "wb")
+        if cpus is not None:
+            args = ["taskset", "-c", cpus, *args]
         env = {**os.environ, "GLOG_minloglevel": "2", **(env or {})}
         p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)  # fmt: skip
         self.procs.append(p)
         return p
+
+    def stop_one(self, p: subprocess.Popen, timeout: float = 30) -> int:
+        """SIGTERM one process group started here, SIGKILL after `timeout`; its exit code."""
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            return p.wait(5)
 
     def stop(self):
         for p in reversed(self.procs):
