@@ -69,13 +69,26 @@ class Utilisation:
         self._stop.set()
         self._thread.join(15)
 
-    def mean(self) -> float:
-        """Time-weighted mean over the sampled window."""
-        pts = self.samples
+    def mark(self) -> float:
+        """Now, on the samples' clock (for `mean(since=...)`)."""
+        return time.monotonic()
+
+    def mean(self, since: float | None = None) -> float:
+        """Time-weighted mean over the sampled window, or over its part from `since`."""
+        pts = [p for p in self.samples if since is None or p[0] >= since]
         if len(pts) < 2:
             return float("nan")
         area = sum((t1 - t0) * u0 for (t0, u0), (t1, _) in zip(pts, pts[1:], strict=False))
         return area / (pts[-1][0] - pts[0][0])
+
+    def low(self, since: float | None = None, below: float = 0.9) -> list[tuple[float, float]]:
+        """(seconds from the first sample, share) of the samples under `below`."""
+        t0 = self.samples[0][0] if self.samples else 0.0
+        return [
+            (round(t - t0, 1), round(u, 3))
+            for t, u in self.samples
+            if (since is None or t >= since) and u < below
+        ]
 
 
 def tenant_deployment(millicores: int, priority_class: str, queue: str | None = None) -> dict:
