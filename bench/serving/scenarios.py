@@ -1,4 +1,5 @@
-"""Serving benchmark: one `ectl serve --scenarios` process with one scenario loaded vs four.
+"""Serving benchmark: one `ectl serve --scenarios` process with one scenario loaded vs four
+(docs/platform.md "Measured" has a run).
 
 Builds a platform with real processes: four scenarios, each with its own data
 (`ectl data generate`), slot config and zoo model, trained with `ectl train --local` into
