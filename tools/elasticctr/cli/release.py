@@ -440,14 +440,12 @@ WAIT_REPORT_SECONDS = 10.0
 async def _report_waiting(target: Target, namespace: str) -> None:
     """While helm waits: every WAIT_REPORT_SECONDS, which pods are not ready yet and why,
     on stderr, when that changed (a failing read is skipped: helm's wait decides)."""
-    from elasticctr.cli.status import waiting_pods
-
     loop = asyncio.get_running_loop()
     started, last = loop.time(), None
     while True:
         await asyncio.sleep(WAIT_REPORT_SECONDS)
         try:
-            waiting = await loop.run_in_executor(None, _waiting, target, namespace, waiting_pods)
+            waiting = await loop.run_in_executor(None, _waiting, target, namespace)
         except Exception:  # noqa: BLE001 - progress is a courtesy; the wait goes on
             continue
         if waiting != last:
@@ -464,8 +462,10 @@ async def _report_waiting(target: Target, namespace: str) -> None:
                 )  # fmt: skip
 
 
-def _waiting(target: Target, namespace: str, waiting_pods) -> list[str]:
+def _waiting(target: Target, namespace: str) -> list[str]:
     from kubernetes import client
+
+    from elasticctr.cli.status import waiting_pods
 
     api = common.kube_api_client(target)
     try:

@@ -646,15 +646,13 @@ def _not_replicated_yet(exc: BaseException) -> bool:
 def _retry_hdfs_write(url: str, write: Callable[[], None]) -> None:
     """`write()` (one whole atomic write: a failed one leaves nothing), again while HDFS
     answers NotReplicatedYetException."""
+    if _scheme(url) != "hdfs":
+        return write()
     for attempt in range(HDFS_WRITE_ATTEMPTS):
         try:
             return write()
         except Exception as exc:  # noqa: BLE001 - re-raised unless it is that answer
-            if (
-                _scheme(url) != "hdfs"
-                or attempt == HDFS_WRITE_ATTEMPTS - 1
-                or not _not_replicated_yet(exc)
-            ):
+            if attempt == HDFS_WRITE_ATTEMPTS - 1 or not _not_replicated_yet(exc):
                 raise
             time.sleep(0.4 * 2**attempt)
 
