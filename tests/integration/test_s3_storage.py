@@ -152,6 +152,20 @@ def test_streaming_and_byte_ranges_across_a_multipart_object(seaweed_s3, s3_pref
     assert total == 180_000
 
 
+def test_open_range_to_the_end_of_an_object_a_whole_number_of_blocks_long(s3_prefix):
+    # The read after the last full block starts at the object's size: S3 answers
+    # InvalidRange (HTTP 416), which is the end of the object, not an error.
+    data = bytes(range(256)) * 4096  # 1 MiB
+    url = storage.join(s3_prefix, "blocks")
+    storage.write_bytes(url, data)
+    for start in (0, 1 << 18):
+        got = b"".join(storage.open_range(url, start, None, block_bytes=1 << 18))
+        assert got == data[start:]
+    assert b"".join(storage.open_range(url, len(data), None)) == b""
+    with pytest.raises(EctlError, match="ends at or before byte"):
+        list(storage.open_range(url, 0, len(data) + 1, block_bytes=1 << 18))
+
+
 def test_gzip_part_files_are_decompressed(s3_prefix):
     data = sample_lines(500, 11)
     url = write_partition(s3_prefix, "20200401/00", {"part-00000.gz": gzip.compress(data)})
@@ -227,6 +241,19 @@ def test_unreachable_endpoint(s3_prefix, monkeypatch):
     text = one_line(exc)
     assert url in text and f"cannot reach the S3 endpoint http://127.0.0.1:{port}" in text
     assert C.ENV_S3_ENDPOINT in exc.value.hint
+
+
+def test_connect_makes_the_client_and_sends_nothing(s3_prefix, monkeypatch):
+    # What a trainer calls at start: the client exists afterwards (the first read does
+    # not pay for it); an endpoint that is down shows at the first read, not here.
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv(C.ENV_S3_ENDPOINT, f"http://127.0.0.1:{port}")
+    url = storage.join(s3_prefix, "part-00000")
+    storage.connect(url)
+    fs, _ = storage.url_to_fs(url)
+    assert fs._s3 is not None  # s3fs's aiobotocore client, made by connect()
+    with pytest.raises(EctlError, match=f"cannot reach the S3 endpoint http://127.0.0.1:{port}"):
+        storage.read_bytes(url)
 
 
 def test_wrong_credentials_are_refused(s3_prefix, monkeypatch):

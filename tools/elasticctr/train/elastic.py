@@ -34,6 +34,7 @@ from elasticctr import constants as C
 from elasticctr import versions
 from elasticctr.coordinator.client import CoordinatorClient
 from elasticctr.coordinator.core import CHECKPOINT_STATE
+from elasticctr.data import storage
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
 from elasticctr.train import metrics, native, roles
@@ -304,6 +305,8 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     dense_names = roles._dense_names()
     pull_dense = roles._dense_puller()
     feed = roles.native_feed(cfg, net)
+    if cfg.data_path:
+        storage.connect(cfg.data_path, cfg.hdfs_ugi)  # the store client, before any lease
     # After a job restart one trainer loads the checkpoint first; until then the dense
     # table is empty, so the wait for it moves to the first task.
     dense_ready = bool(progress.get("load_pending"))
