@@ -235,8 +235,9 @@ def second(cluster, ectl):
 
 
 def test_chart_rbac_is_least_privilege(cluster, second):
-    """The chart's one Role (cube-transfer reads the scenario registrations), evaluated by
-    the real RBAC authorizer; the training job's account may read nothing."""
+    """The chart's Roles, evaluated by the real RBAC authorizer: cube-transfer reads the
+    scenario registrations; the training job's account watches its pods and scales its
+    Volcano Job (the coordinator's yielding) and reads nothing else."""
     from kubernetes import client
 
     assert {"Role", "RoleBinding"} <= {d["kind"] for d in second}
@@ -244,13 +245,15 @@ def test_chart_rbac_is_least_privilege(cluster, second):
     try:
         authz = client.AuthorizationV1Api(api)
 
-        def allowed(sa: str, verb: str, resource: str, namespace: str = SECOND_NS) -> bool:
+        def allowed(
+            sa: str, verb: str, resource: str, namespace: str = SECOND_NS, group: str = ""
+        ) -> bool:
             review = client.V1SubjectAccessReview(
                 spec=client.V1SubjectAccessReviewSpec(
                     user=f"system:serviceaccount:{SECOND_NS}:{sa}",
                     groups=["system:serviceaccounts", f"system:serviceaccounts:{SECOND_NS}"],
                     resource_attributes=client.V1ResourceAttributes(
-                        namespace=namespace, verb=verb, resource=resource
+                        namespace=namespace, verb=verb, resource=resource, group=group
                     ),
                 )
             )
@@ -261,9 +264,127 @@ def test_chart_rbac_is_least_privilege(cluster, second):
         assert not allowed(transfer, "update", "configmaps")
         assert not allowed(transfer, "get", "secrets")
         assert not allowed(transfer, "list", "configmaps", namespace="default")
-        assert not allowed(f"{RELEASE}-trainer", "list", "pods")
-        assert not allowed(f"{RELEASE}-trainer", "get", "configmaps")
+        # The job's account: what the coordinator needs to yield trainers to kube-scheduler.
+        job_sa = f"{RELEASE}-trainer"
+        assert all(allowed(job_sa, verb, "pods") for verb in ("list", "watch"))
+        assert all(allowed(job_sa, v, "jobs", group="batch.volcano.sh") for v in ("get", "patch"))
+        assert not allowed(job_sa, "delete", "pods")
+        assert not allowed(job_sa, "create", "jobs", group="batch.volcano.sh")
+        assert not allowed(job_sa, "list", "pods", namespace="default")
+        assert not allowed(job_sa, "get", "configmaps")
+        assert not allowed(job_sa, "get", "secrets")
     finally:
+        api.close()
+
+
+def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
+    """elasticctr.coordinator.yielding against the real API server, as the job's account
+    (a token of the chart's ServiceAccount, the chart's Role): a trainer pod that
+    kube-scheduler marked as its victim lowers the Volcano Job's trainer count by one;
+    the count comes back after the hold; a count someone else changed meanwhile is kept;
+    never below the task's minAvailable; a coordinator that starts below the release's
+    maximum restores it. No kubelet here: the pods are API objects, their condition is
+    written as kube-scheduler writes it."""
+    import threading
+
+    from kubernetes import client
+
+    from elasticctr.coordinator.yielding import Yielder
+    from elasticctr.kube_api import InCluster
+
+    api = cluster.api()
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    (job,) = volcano_jobs(api, SECOND_NS)
+    name = job["metadata"]["name"]
+    index = [t["name"] for t in job["spec"]["tasks"]].index("trainer")
+    least = job["spec"]["tasks"][index]["minAvailable"]
+    most = job["spec"]["tasks"][index]["replicas"]
+    assert most > least, job["spec"]["tasks"][index]
+
+    def replicas() -> int:
+        got = custom.get_namespaced_custom_object(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name)
+        return got["spec"]["tasks"][index]["replicas"]
+
+    def scale(n: int) -> None:
+        got = custom.get_namespaced_custom_object(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name)
+        tasks = got["spec"]["tasks"]
+        tasks[index]["replicas"] = n
+        patch = {"spec": {"tasks": tasks}}  # a merge patch replaces the list as a whole
+        custom.patch_namespaced_custom_object(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name, patch)
+
+    def until(what: str, check, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: trainers {replicas()}"
+            time.sleep(0.2)
+
+    def trainer_pod(pod: str) -> dict:
+        return {
+            "metadata": {
+                "name": pod,
+                "labels": {"volcano.sh/job-name": name, "volcano.sh/task-spec": "trainer"},
+            },
+            "spec": {
+                "serviceAccountName": f"{RELEASE}-trainer",
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "t", "image": "elasticctr.local/pause:3.10"}],
+            },
+        }
+
+    victims = iter(range(100))
+
+    def preempt() -> str:
+        pod = f"{name}-trainer-victim-{next(victims)}"
+        core.create_namespaced_pod(SECOND_NS, trainer_pod(pod))
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "default-scheduler: preempting to accommodate a higher priority pod",
+        }
+        core.patch_namespaced_pod_status(pod, SECOND_NS, {"status": {"conditions": [condition]}})
+        return pod
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=900)
+    )
+    token = core.create_namespaced_service_account_token(
+        f"{RELEASE}-trainer", SECOND_NS, request
+    ).status.token
+    kube = InCluster(
+        purpose="test", namespace=SECOND_NS, api=cluster.server, token=token,
+        ca=str(cluster.pki["ca.crt"]),
+    )  # fmt: skip
+    stop = threading.Event()
+    scale(most - 1)  # as an earlier coordinator left it
+    yielder = Yielder(kube, name, hold_seconds=2.0, max_trainers=lambda: most)
+    thread = threading.Thread(target=yielder.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        until("restored at start", lambda: replicas() == most)
+        # a pod without the condition changes nothing
+        core.create_namespaced_pod(SECOND_NS, trainer_pod(f"{name}-trainer-calm"))
+        preempt()
+        until("lowered by the victim", lambda: replicas() == most - 1, 15)
+        assert yielder.yielded == 1
+        until("restored after the hold", lambda: replicas() == most)
+        preempt()
+        until("lowered again", lambda: replicas() == most - 1, 15)
+        scale(most + 1)  # helm upgrade during the hold
+        time.sleep(4.0)
+        assert replicas() == most + 1, "the coordinator overrode someone else's count"
+        scale(least)
+        preempt()
+        time.sleep(3.0)
+        assert replicas() == least, "lowered below minAvailable"
+        assert yielder.yielded == 2
+    finally:
+        stop.set()
+        thread.join(10)
+        scale(most)
+        for pod in core.list_namespaced_pod(SECOND_NS, label_selector="volcano.sh/task-spec").items:
+            core.delete_namespaced_pod(pod.metadata.name, SECOND_NS, grace_period_seconds=0)
         api.close()
 
 

@@ -91,26 +91,35 @@ class Utilisation:
         ]
 
 
-def tenant_deployment(millicores: int, priority_class: str, queue: str | None = None) -> dict:
-    """A pod of Volcano (kube-scheduler would preempt trainers that Volcano re-places at
-    once, docs/coordinator.md) in a class above the trainers'."""
+def tenant_deployment(
+    millicores: int,
+    priority_class: str | None,
+    queue: str | None = None,
+    *,
+    scheduler: str = "volcano",
+    name: str = TENANT,
+) -> dict:
+    """A tenant pod in a class above the trainers' (None: no class, priority 0): of Volcano,
+    or of kube-scheduler (`scheduler="default-scheduler"`: the coordinator yields trainers
+    to it, elasticctr.coordinator.yielding). Labelled `app=<name>`."""
+    spec: dict = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 1}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": TENANT},
+        "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": TENANT}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {
-                    "labels": {"app": TENANT},
+                    "labels": {"app": name},
                     # Volcano's queue of the pod's PodGroup (default: Volcano's `default`).
                     "annotations": {"scheduling.volcano.sh/queue-name": queue} if queue else {},
                 },
                 "spec": {
-                    "schedulerName": "volcano",
-                    "priorityClassName": priority_class,
-                    "terminationGracePeriodSeconds": 1,
+                    **spec,
                     "containers": [
                         {
                             "name": "pause",

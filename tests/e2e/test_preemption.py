@@ -17,8 +17,12 @@ fileserver in the release.
   evicts exactly two trainers (the gang plugin keeps the job at its `minAvailable`) and binds
   the tenant; the job keeps running with one trainer (its Volcano Job never restarts:
   `retryCount` 0, the surviving trainer pod keeps its UID) and trains the second hour alone;
-  the tenant leaves, Volcano places the two recreated trainers again, and they train the
-  last hour.
+  the tenant leaves, Volcano places the two recreated trainers again; then a tenant of
+  kube-scheduler (no PriorityClass, so priority 0, above the trainers) asks for the same:
+  kube-scheduler preempts trainers, the coordinator lowers its job's trainer count so
+  that Volcano does not re-place them (elasticctr.coordinator.yielding), the tenant runs
+  and keeps its room; it leaves, the count is restored after the hold, and the three
+  trainers train the last hour.
 
 Both must count every sample exactly once (the coordinator's progress equals every line
 minus the held-out ones) with `retryCount` 0, the disturbed job's held-out AUC of the last
@@ -66,6 +70,9 @@ TRAINERS, MIN_TRAINERS = 3, 1
 # Requests of the release's other pods (coordinator and pserver, values below).
 OTHERS_MILLICPU = 50 + 200
 S3_SECRET = "s3-cred"
+KUBE_TENANT = "kube-tenant"
+HOLD_SECONDS = 10
+"""trainer.coordinator.yieldToKubeScheduler.holdSeconds of the releases."""
 AUC_TOLERANCE = 0.01
 
 
@@ -146,6 +153,7 @@ def override_values(namespace: str, trainer_millicpu: int, s3) -> dict:
                 # one hour at a time: every export holds exactly the hours up to its own,
                 # whether the hours arrive together (undisturbed) or one by one
                 "window": 1,
+                "yieldToKubeScheduler": {"enabled": True, "holdSeconds": HOLD_SECONDS},
                 "resources": {
                     "requests": {"cpu": "50m", "memory": "128Mi"},
                     "limits": {"cpu": "500m", "memory": "256Mi"},
@@ -323,6 +331,7 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
                 out["back_s"] = round(time.monotonic() - t_gone, 1)
                 uids = {p.metadata.name: p.metadata.uid for p in trainer_pods(h, ns)}
                 assert uids[survivor.metadata.name] == survivor.metadata.uid, "survivor restarted"
+                out.update(_kube_scheduler_tenant(h, ns, sizing, apps, core))
                 upload(2, 1)
             wait_until("every hour exported", lambda: exported_all(HOURS), 600, h, ns)
             out["train_s"] = round(time.monotonic() - t_run, 1)
@@ -338,13 +347,55 @@ def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: boo
         if tenant:  # a failed run must not leave the node full for the tests after it
             from kubernetes import client
 
-            with contextlib.suppress(client.ApiException):
-                client.AppsV1Api(h.api()).delete_namespaced_deployment(TENANT, ns)
+            for name in (TENANT, KUBE_TENANT):
+                with contextlib.suppress(client.ApiException):
+                    client.AppsV1Api(h.api()).delete_namespaced_deployment(name, ns)
         t_un = time.monotonic()
         releases.run_ectl(
             h, ns, "uninstall", "-R", RELEASE, "-n", ns, "--yes", "--wait", check=False, timeout=600
         )
         out["uninstall_s"] = round(time.monotonic() - t_un, 1)
+    return out
+
+
+def _kube_scheduler_tenant(h, ns: str, sizing: dict, apps, core) -> dict:
+    """A tenant of kube-scheduler (no PriorityClass: priority 0, above the trainers') asks
+    for the node's free CPU plus one and a half trainers. kube-scheduler preempts trainers;
+    the coordinator gives them up (elasticctr.coordinator.yielding) so that Volcano does
+    not re-place them, and the tenant runs; HOLD_SECONDS after the last preemption the
+    trainer count is restored, and once the tenant has left all trainers run again."""
+    out: dict = {}
+    allocatable, requested = node_cpu(h)
+    cpu = allocatable - requested + sizing["trainer"] * 3 // 2
+    t0 = time.monotonic()
+    apps.create_namespaced_deployment(
+        ns, tenant_deployment(cpu, None, scheduler="default-scheduler", name=KUBE_TENANT)
+    )
+
+    def tenant_running() -> bool:
+        pods = core.list_namespaced_pod(ns, label_selector=f"app={KUBE_TENANT}").items
+        return len(running(pods)) == 1
+
+    wait_until("kube-scheduler's tenant running", tenant_running, 120, h, ns)
+    out["kube_tenant_s"] = round(time.monotonic() - t0, 1)
+    job = volcano_job(h, ns)
+    (task,) = [t for t in job["spec"]["tasks"] if t["name"] == "trainer"]
+    out["kube_yielded_to"] = task["replicas"]
+    assert MIN_TRAINERS <= task["replicas"] < TRAINERS, task
+    assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
+    assert len(running(trainer_pods(h, ns))) >= MIN_TRAINERS
+    time.sleep(5)  # Volcano does not take the room back
+    assert tenant_running(), "the tenant lost its room again"
+    t_gone = time.monotonic()
+    apps.delete_namespaced_deployment(KUBE_TENANT, ns, propagation_policy="Foreground")
+    wait_until(
+        f"{TRAINERS} trainers back after the hold",
+        lambda: len(running(trainer_pods(h, ns))) == TRAINERS,
+        HOLD_SECONDS + 300,
+        h,
+        ns,
+    )
+    out["kube_back_s"] = round(time.monotonic() - t_gone, 1)
     return out
 
 
@@ -392,7 +443,9 @@ def test_trainers_preempted_to_the_minimum_and_back_train_the_same_model(
     gaps = {hour: round(busy["auc"][hour] - calm["auc"][hour], 4) for hour in HOURS}
     print(
         f"\npreempted to {MIN_TRAINERS} trainer in {busy['preempted_s']} s, "
-        f"{TRAINERS} back in {busy['back_s']} s; requested-CPU utilisation "
+        f"{TRAINERS} back in {busy['back_s']} s; kube-scheduler's tenant running in "
+        f"{busy['kube_tenant_s']} s (trainers {TRAINERS} -> {busy['kube_yielded_to']}), "
+        f"{TRAINERS} back {busy['kube_back_s']} s after it left; requested-CPU utilisation "
         f"{busy['utilisation']:.1%} disturbed (tenant {busy['tenant_millicpu']}m) vs "
         f"{calm['utilisation']:.1%} undisturbed; held-out AUC disturbed - undisturbed {gaps}"
     )

@@ -155,6 +155,12 @@ and a trainer that slept 5 s through a checkpoint export missed the whole next h
 DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
 """Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
 ENV_COORDINATOR_TRAINERS_FILE = "ECTL_COORDINATOR_TRAINERS_FILE"
+ENV_COORDINATOR_YIELD_JOB = "ECTL_COORDINATOR_YIELD_JOB"
+"""The coordinator's Volcano Job: set, it gives trainers up to kube-scheduler's preemptors
+(elasticctr.coordinator.yielding; trainer.coordinator.yieldToKubeScheduler)."""
+ENV_COORDINATOR_YIELD_HOLD_SECONDS = "ECTL_COORDINATOR_YIELD_HOLD_SECONDS"
+DEFAULT_YIELD_HOLD_SECONDS = 120
+"""Seconds after kube-scheduler's last preemption before the trainer count is restored."""
 """JSON `{"min": m, "max": n}` of the trainer task (trainer.trainer.minReplicas and
 replicas) for the coordinator's /metrics: a ConfigMap the chart mounts, outside the job's
 spec, so scaling changes it in place (docs/operations.md)."""

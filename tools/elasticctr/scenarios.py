@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import ssl
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,15 +192,12 @@ class DirRegistry(Registry):
         return found
 
 
-_SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
 class KubeRegistry(Registry):
     """On Kubernetes: the ConfigMaps of the platform's namespace labelled with the platform.
 
     Read with the pod's service-account token through the API server's REST API (a GET
-    with a label selector; the platform's Role allows get/list/watch of configmaps), so
-    the image needs no Kubernetes client library.
+    with a label selector; the platform's Role allows get/list of configmaps: kube_api),
+    so the image needs no Kubernetes client library.
     """
 
     def __init__(
@@ -214,50 +210,30 @@ class KubeRegistry(Registry):
         ca: str | None = None,
         timeout: float = 10.0,
     ):
+        from elasticctr.kube_api import InCluster
+
         self.platform = platform
-        self.namespace = namespace or _read(_SA_DIR / "namespace")
-        host, port = (
-            os.environ.get("KUBERNETES_SERVICE_HOST"),
-            os.environ.get("KUBERNETES_SERVICE_PORT", "443"),
+        self.kube = InCluster(
+            purpose="the Kubernetes scenario registry",
+            namespace=namespace,
+            api=api,
+            token=token,
+            ca=ca,
+            timeout=timeout,
         )
-        self.api = (api or (f"https://{host}:{port}" if host else "")).rstrip("/")
-        self.token = token if token is not None else _read(_SA_DIR / "token")
-        self.ca = ca if ca is not None else str(_SA_DIR / "ca.crt")
-        self.timeout = timeout
-        if not self.api or not self.namespace:
-            raise EctlError(
-                "the Kubernetes scenario registry needs the API server and a namespace",
-                hint="run inside a pod with a service account, or use a scenario folder",
-            )
+        self.namespace = self.kube.namespace
 
     def describe(self) -> str:
         return f"ConfigMaps {LABEL_PLATFORM}={self.platform} in namespace {self.namespace}"
 
     def list(self) -> dict[str, Scenario]:
-        import httpx
-
-        verify: Any = (
-            ssl.create_default_context(cafile=self.ca) if Path(self.ca).is_file() else True
+        self.kube.purpose = f"scenario registry ({self.describe()})"
+        answer = self.kube.get(
+            f"/api/v1/namespaces/{self.namespace}/configmaps",
+            {"labelSelector": registry_selector(self.platform)},
+            hint="the platform's Role must allow list on configmaps",
         )
-        url = f"{self.api}/api/v1/namespaces/{self.namespace}/configmaps"
-        selector = registry_selector(self.platform)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        try:
-            resp = httpx.get(
-                url,
-                params={"labelSelector": selector},
-                headers=headers,
-                verify=verify,
-                timeout=self.timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise EctlError(f"scenario registry ({self.describe()}): {exc}") from exc
-        if resp.status_code != 200:
-            raise EctlError(
-                f"scenario registry ({self.describe()}): HTTP {resp.status_code} {resp.text[:200]}",
-                hint="the platform's Role must allow list on configmaps",
-            )
-        return from_configmaps(resp.json().get("items", []))
+        return from_configmaps(answer.get("items", []))
 
 
 def registry_selector(platform: str) -> str:
@@ -280,13 +256,6 @@ def from_configmaps(items: list[dict[str, Any]]) -> dict[str, Scenario]:
             raise EctlError(f"{where}: label {LABEL_SCENARIO}={label} but holds {sc.name!r}")
         found[sc.name] = sc
     return found
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def open_registry(spec: str) -> Registry:

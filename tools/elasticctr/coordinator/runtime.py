@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from elasticctr import constants as C
 from elasticctr import metrics, scenarios
+from elasticctr.coordinator import yielding
 from elasticctr.coordinator.core import (
     CHECKPOINT_STATE,
     Coordinator,
@@ -138,9 +140,18 @@ def run(settings: CoordinatorSettings, host: str, port: int) -> None:
         log.error("partition discovery failed: %s", exc)
         threading.Thread(target=server.shutdown).start()
 
+    yielder = yielding.from_env(dict(os.environ), server.trainers_file)
+
     def on_ready() -> None:
         print(f"coordinator listening on http://{host}:{server.server_address[1]}", flush=True)
         feed(coordinator, discover(settings, stop), on_error)
+        if yielder is not None:
+            log.info(
+                "yielding trainers to kube-scheduler's preemptors (Volcano Job %s, hold %.0f s)",
+                yielder.job,
+                yielder.hold_seconds,
+            )
+            threading.Thread(target=yielder.run, args=(stop,), daemon=True).start()
 
     try:
         serve(server, on_ready=on_ready)

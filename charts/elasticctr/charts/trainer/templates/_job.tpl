@@ -91,7 +91,8 @@ spec:
   priorityClassName: {{ . }}
   {{- end }}
   serviceAccountName: {{ include "trainer.serviceAccountName" $ctx }}
-  automountServiceAccountToken: false
+  {{- /* Only a yielding coordinator calls the Kubernetes API (rbac.yaml). */}}
+  automountServiceAccountToken: {{ and (eq .role "coordinator") $v.coordinator.yieldToKubeScheduler.enabled }}
   {{- with $v.global.image.pullSecrets }}
   imagePullSecrets:
     {{- range . }}
@@ -134,6 +135,13 @@ spec:
         # The trainer task's bounds for /metrics (scale.yaml: updated in place on scaling).
         - name: ECTL_COORDINATOR_TRAINERS_FILE
           value: /etc/elasticctr-scale/trainers.json
+        {{- if $v.coordinator.yieldToKubeScheduler.enabled }}
+        # Give trainers up to kube-scheduler's preemptors (elasticctr.coordinator.yielding).
+        - name: ECTL_COORDINATOR_YIELD_JOB
+          valueFrom: {fieldRef: {fieldPath: "metadata.labels['volcano.sh/job-name']"}}
+        - name: ECTL_COORDINATOR_YIELD_HOLD_SECONDS
+          value: {{ $v.coordinator.yieldToKubeScheduler.holdSeconds | quote }}
+        {{- end }}
         {{- end }}
         {{- if eq .role "trainer" }}
         - name: ECTL_COORDINATOR_PORT

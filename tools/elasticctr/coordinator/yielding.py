@@ -1,0 +1,259 @@
+"""Room for kube-scheduler's preemptors: the coordinator lowers its job's trainer count.
+
+Trainers borrow idle capacity at the lowest priority, so a pod of kube-scheduler (the
+default scheduler) with a higher priority preempts them. But Volcano recreates a
+preempted trainer at once and binds it into the freed room before kube-scheduler binds
+its preemptor (Volcano does not see another scheduler's nominated pod), so the tenant
+preempts again and again and may never run (docs/coordinator.md). ElasticDL's master
+answers by changing its own worker count; so does the coordinator here:
+
+- it watches its Volcano Job's trainer pods; kube-scheduler marks each victim with the
+  condition `DisruptionTarget` (reason `PreemptionByScheduler`) before deleting it
+  (Volcano's own preemption sets no such condition, and its preemptor binds first);
+- for each victim it lowers the Job's trainer `replicas` by one (never below the task's
+  `minAvailable`): Volcano's job controller then deletes the trainer pods above that
+  count instead of re-placing them, and the preemptor binds;
+- `hold_seconds` after the last victim it sets `replicas` back to what it was: trainers
+  that find no room wait Pending (their class never preempts) and borrow again once the
+  tenant leaves. If someone else changed `replicas` meanwhile (`helm upgrade`), the
+  coordinator leaves it as they set it. A coordinator that starts with fewer trainers
+  than the release's maximum (ECTL_COORDINATOR_TRAINERS_FILE) restores them after a hold,
+  so a restart during a hold loses nothing.
+
+Only the coordinator's pod mounts a token (trainer.coordinator.yieldToKubeScheduler in
+the chart: a Role to watch pods and get/patch this Job). An API failure is logged and
+retried; training never stops for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from elasticctr.errors import EctlError
+from elasticctr.kube_api import ApiError, InCluster
+
+log = logging.getLogger(__name__)
+
+PREEMPTION_REASON = "PreemptionByScheduler"
+"""kube-scheduler's reason on a victim's DisruptionTarget condition (Kubernetes >= 1.26)."""
+LABEL_JOB = "volcano.sh/job-name"
+LABEL_TASK = "volcano.sh/task-spec"
+TRAINER_TASK = "trainer"
+JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/{name}"
+RBAC_HINT = (
+    "the coordinator's Role must allow list/watch on pods and get/patch on "
+    "jobs.batch.volcano.sh (trainer.coordinator.yieldToKubeScheduler.enabled)"
+)
+
+
+def preempted_by_kube_scheduler(pod: dict[str, Any]) -> bool:
+    """Whether kube-scheduler marked `pod` as a victim of its preemption."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "DisruptionTarget"
+            and cond.get("status") == "True"
+            and cond.get("reason") == PREEMPTION_REASON
+        ):
+            return True
+    return False
+
+
+def read_max_trainers(path: str | None) -> int | None:
+    """The release's trainer maximum from the scale file ({"min", "max"}), if readable."""
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            value = json.load(fh).get("max")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+class Yielder:
+    """Lowers and restores the trainer count of Volcano Job `job` (see the module)."""
+
+    def __init__(
+        self,
+        kube: InCluster,
+        job: str,
+        hold_seconds: float,
+        *,
+        max_trainers: Callable[[], int | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.kube = kube
+        self.job = job
+        self.hold_seconds = hold_seconds
+        self.max_trainers = max_trainers
+        self.clock = clock
+        self.seen: set[str] = set()
+        self.lowered: int | None = None
+        """The replicas this coordinator set (None: it changed nothing)."""
+        self.restore_to: int | None = None
+        self.last_victim = 0.0
+        self.yielded = 0
+        """Trainers given up so far (for the logs and the tests)."""
+        self._lock = threading.Lock()
+
+    @property
+    def job_path(self) -> str:
+        return JOBS.format(ns=self.kube.namespace, name=self.job)
+
+    def _trainer_task(self) -> tuple[int, int, int]:
+        """(index in spec.tasks, replicas, minAvailable) of the Job's trainer task."""
+        job = self.kube.get(self.job_path, hint=RBAC_HINT)
+        for i, task in enumerate((job.get("spec") or {}).get("tasks") or []):
+            if task.get("name") == TRAINER_TASK:
+                replicas = int(task.get("replicas") or 0)
+                return i, replicas, int(task.get("minAvailable") or 0)
+        raise EctlError(f"Volcano Job {self.job} has no task {TRAINER_TASK!r}")
+
+    def _set_replicas(self, index: int, was: int, replicas: int) -> bool:
+        """Patch the trainer task's replicas from `was` to `replicas`; False when the Job
+        changed in between (the patch's test failed: someone else scaled it)."""
+        ops = [
+            {"op": "test", "path": f"/spec/tasks/{index}/name", "value": TRAINER_TASK},
+            {"op": "test", "path": f"/spec/tasks/{index}/replicas", "value": was},
+            {"op": "replace", "path": f"/spec/tasks/{index}/replicas", "value": replicas},
+        ]
+        try:
+            self.kube.json_patch(self.job_path, ops, hint=RBAC_HINT)
+        except ApiError as exc:
+            if exc.status in (409, 422):  # a failed `test`: the Job moved on
+                return False
+            raise
+        return True
+
+    def start(self) -> None:
+        """At the coordinator's start: fewer trainers than the release's maximum means an
+        earlier coordinator yielded and stopped before restoring; restore after a hold."""
+        most = self.max_trainers()
+        if most is None:
+            return
+        _, replicas, _ = self._trainer_task()
+        with self._lock:
+            if replicas < most:
+                self.lowered, self.restore_to = replicas, most
+                self.last_victim = self.clock()
+                log.info(
+                    "yield: the job has %d of %d trainers (an earlier coordinator yielded); "
+                    "restoring in %.0f s",
+                    replicas,
+                    most,
+                    self.hold_seconds,
+                )
+
+    def on_pod(self, pod: dict[str, Any]) -> bool:
+        """One trainer pod as the watch saw it; True if it was a new victim and the Job
+        gave up one trainer for it."""
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or meta.get("name") or ""
+        if not preempted_by_kube_scheduler(pod) or uid in self.seen:
+            return False
+        self.seen.add(uid)
+        with self._lock:
+            self.last_victim = self.clock()
+            for _ in range(3):  # the Job may change between the read and the patch
+                index, replicas, least = self._trainer_task()
+                if replicas <= least:
+                    log.info(
+                        "yield: kube-scheduler preempted %s; the job is at its minimum of "
+                        "%d trainers",
+                        meta.get("name"),
+                        least,
+                    )
+                    return False
+                if self._set_replicas(index, replicas, replicas - 1):
+                    if self.lowered is None:
+                        self.restore_to = replicas
+                    self.lowered = replicas - 1
+                    self.yielded += 1
+                    log.info(
+                        "yield: kube-scheduler preempted %s; trainers %d -> %d for %.0f s "
+                        "so that its pod binds",
+                        meta.get("name"),
+                        replicas,
+                        replicas - 1,
+                        self.hold_seconds,
+                    )
+                    return True
+            return False
+
+    def tick(self) -> bool:
+        """Restore the trainer count once the hold is over; True if it was restored."""
+        with self._lock:
+            if self.lowered is None or self.clock() - self.last_victim < self.hold_seconds:
+                return False
+            target = self.restore_to
+            index, replicas, _ = self._trainer_task()
+            lowered, self.lowered, self.restore_to = self.lowered, None, None
+            if replicas != lowered or target is None:
+                log.info("yield: trainer count changed to %d by someone else; kept", replicas)
+                return False
+            if not self._set_replicas(index, replicas, target):
+                log.info("yield: the job changed while restoring; kept as it is")
+                return False
+            log.info("yield: hold over; trainers %d -> %d", replicas, target)
+            return True
+
+    def _watch(self, stop: threading.Event) -> None:
+        """Feed on_pod every trainer pod of the Job, listing again after a lost watch."""
+        path = f"/api/v1/namespaces/{self.kube.namespace}/pods"
+        selector = f"{LABEL_JOB}={self.job},{LABEL_TASK}={TRAINER_TASK}"
+        failing = 0.0
+        while not stop.is_set():
+            try:
+                listed = self.kube.get(path, {"labelSelector": selector}, hint=RBAC_HINT)
+                for pod in listed.get("items") or []:
+                    self.on_pod(pod)
+                version = (listed.get("metadata") or {}).get("resourceVersion", "")
+                while not stop.is_set():
+                    params = {"labelSelector": selector, "resourceVersion": version}
+                    for event in self.kube.watch(path, params, stop, hint=RBAC_HINT):
+                        obj = event.get("object") or {}
+                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            self.on_pod(obj)
+                    failing = 0.0
+            except EctlError as exc:  # API errors, a lost connection, 410 Gone: list again
+                failing = min(30.0, failing * 2 or 1.0)
+                log.warning("yield: %s; again in %.0f s", exc, failing)
+                stop.wait(failing)
+
+    def run(self, stop: threading.Event) -> None:
+        """Watch in a thread, restore on time in this one; until `stop`."""
+        try:
+            self.start()
+        except EctlError as exc:
+            log.warning("yield: %s", exc)
+        watcher = threading.Thread(target=self._watch, args=(stop,), daemon=True, name="yield")
+        watcher.start()
+        while not stop.wait(1.0):
+            try:
+                self.tick()
+            except EctlError as exc:
+                log.warning("yield: %s", exc)
+
+
+def from_env(env: dict[str, str], trainers_file: str | None) -> Yielder | None:
+    """The Yielder the chart asks for (ECTL_COORDINATOR_YIELD_JOB, _HOLD_SECONDS), or None."""
+    from elasticctr import constants as C
+
+    job = (env.get(C.ENV_COORDINATOR_YIELD_JOB) or "").strip()
+    if not job:
+        return None
+    raw = env.get(C.ENV_COORDINATOR_YIELD_HOLD_SECONDS) or str(C.DEFAULT_YIELD_HOLD_SECONDS)
+    try:
+        hold = float(raw)
+    except ValueError:
+        raise EctlError(
+            f"{C.ENV_COORDINATOR_YIELD_HOLD_SECONDS}={raw!r} is not a number of seconds"
+        ) from None
+    kube = InCluster(purpose=f"yielding trainers of Volcano Job {job}")
+    return Yielder(kube, job, hold, max_trainers=lambda: read_max_trainers(trainers_file))
