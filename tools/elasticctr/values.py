@@ -39,8 +39,8 @@ MOVED = {
 "Values changes between revisions"): the schema refuses them, this says what to write."""
 
 REMOVED = {
-    "trainer.rbac": "no part of the training job calls the Kubernetes API, so it had nothing "
-    "to grant; delete the key",
+    "trainer.rbac": "delete the key; the one Role the job needs (its coordinator yields "
+    "trainers to kube-scheduler) comes with trainer.coordinator.yieldToKubeScheduler",
 }
 """Keys earlier chart revisions accepted that no longer do anything (docs/chart.md, "Values
 changes between revisions"), and why."""
