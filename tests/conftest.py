@@ -78,14 +78,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 @pytest.fixture
 def ectl_here(capsys, monkeypatch):
     """`ectl ARGS` through the console entry point (`run()`) in this process: the same exit
-    codes and printing as the installed command, without its start-up."""
+    codes and printing as the installed command, without its start-up; `stdin` is what
+    the command reads from standard input."""
+    import io
     import subprocess
     import sys
 
     from elasticctr.cli.main import run
 
-    def call(*args: str) -> subprocess.CompletedProcess:
+    def call(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
         monkeypatch.setattr(sys, "argv", ["ectl", *args])
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
         code = 0
         try:
             run()

@@ -286,7 +286,7 @@ def test_bearer_token(store, tmp_path):
 
 
 def test_ectl_predict_prints_probabilities_auc_and_logloss(
-    server, store, demo, tmp_path, monkeypatch, capsys
+    server, store, demo, tmp_path, ectl_here
 ):
     import subprocess
     import sys
@@ -307,21 +307,11 @@ def test_ectl_predict_prints_probabilities_auc_and_logloss(
     assert f"samples=100 version={current}" in summary
     assert f"auc={roc_auc_score(labels, probs):.6f}" in summary
     assert f"logloss={log_loss(labels, probs):.6f}" in summary
+
     # the same entry point in this process for the other cases (faster)
-    import io
-
-    from elasticctr.cli.main import run
-
     def here(*args, stdin=b""):
-        monkeypatch.setattr(sys, "argv", ["ectl", "predict", "--url", server.url, *args])
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-        code = 0
-        try:
-            run()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, " ".join(err.split())
+        done = ectl_here("predict", "--url", server.url, *args, stdin=stdin)
+        return done.returncode, done.stdout, " ".join(done.stderr.split())
 
     code, out, err = here("-", "-q", stdin=demo.read_bytes())
     assert code == 0 and out == "" and "samples=100" in err, err
