@@ -18,6 +18,9 @@ want="$( (cat pyproject.toml constraints.txt; echo bytecode) | sha256sum | cut -
 build_native() {
   .venv/bin/python -m elasticctr.train.native --build >/dev/null \
     || echo "bootstrap: native reader not built (no gcc?); trainers use the Python reader" >&2
+  # The package itself (an editable install, so not in site-packages): its bytecode next
+  # to the sources, refreshed for the files that changed (a stale .pyc is never used).
+  .venv/bin/python -m compileall -q tools/elasticctr >/dev/null
 }
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/ectl ]; then
