@@ -1,4 +1,4 @@
-"""An elastic trainer preempted while it starts exits 0 at once (issue 16).
+"""An elastic trainer preempted while it starts exits at once (issue 16), with status 143.
 
 On the one-node cluster (tests/e2e/test_preemption.py) kube-scheduler preempted trainers
 Volcano had just recreated: still importing Paddle or waiting for the coordinator, they had
@@ -7,7 +7,9 @@ SIGKILL 30 s later. The pod ended Failed, the Volcano Job's RestartPod policy sp
 each time, and after five the whole job failed. Here the real `ectl train trainer` waits for
 a coordinator that does not answer (a closed port: the client retries for 120 s); once it
 has a SIGTERM handler (read from /proc, not guessed from timing) it is stopped and must exit
-0 within seconds, as a preempted trainer holding no lease should.
+within seconds, as a preempted trainer holding no lease should, with 128 + SIGTERM: a trainer
+pod that ended Succeeded would count towards Volcano's TaskCompleted and could complete the
+whole job (constants.EXIT_STOPPED).
 """
 
 from __future__ import annotations
@@ -70,5 +72,5 @@ def test_an_elastic_trainer_stopped_while_waiting_for_the_coordinator_exits_0(tm
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, (proc.returncode, out[-2000:], err[-2000:])
+    assert proc.returncode == C.EXIT_STOPPED == 143, (proc.returncode, out[-2000:], err[-2000:])
     assert took < 10, took

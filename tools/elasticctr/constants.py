@@ -155,6 +155,13 @@ and a trainer that slept 5 s through a checkpoint export missed the whole next h
 DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
 """Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
 ENV_COORDINATOR_TRAINERS_FILE = "ECTL_COORDINATOR_TRAINERS_FILE"
+EXIT_STOPPED = 143
+"""Exit status of an elastic trainer stopped by SIGTERM (128 + 15: preempted, evicted,
+drained) before the coordinator said `finished`. Not 0: a trainer pod that ends Succeeded
+counts towards Volcano's TaskCompleted (Succeeded pods >= the task's replicas), whose
+CompleteJob would end the whole job when every trainer is preempted at once or the count
+was lowered (elasticctr.coordinator.yielding). The trainer task has no PodFailed policy,
+so a Failed trainer pod spends no retry."""
 ENV_COORDINATOR_YIELD_JOB = "ECTL_COORDINATOR_YIELD_JOB"
 """The coordinator's Volcano Job: set, it gives trainers up to kube-scheduler's preemptors
 (elasticctr.coordinator.yielding; trainer.coordinator.yieldToKubeScheduler)."""

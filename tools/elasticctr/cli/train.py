@@ -201,14 +201,13 @@ def trainer(
 def _exit_on_sigterm_until_leasing() -> None:
     """An elastic trainer told to stop before it holds a lease (preempted while it starts:
     importing Paddle, waiting for the coordinator or the pservers) has nothing to give back:
-    exit 0 at once. Without a handler, a trainer that is PID 1 in its container ignores
-    SIGTERM until the kubelet kills it after the grace period: exit 137, the pod Failed,
-    and the Volcano Job spends a retry on it (RestartPod) - on the one-node cluster, five
-    preemptions of freshly started trainers failed the whole job (docs/coordinator.md).
-    `elastic.run` replaces this handler with the one that leaves the job."""
+    exit at once (C.EXIT_STOPPED, not 0: see there). Without a handler, a trainer that is
+    PID 1 in its container ignores SIGTERM until the kubelet kills it after the grace
+    period (30 s on the one-node cluster, docs/coordinator.md). `elastic.run` replaces this
+    handler with the one that leaves the job."""
     import signal
 
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: os._exit(0))
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: os._exit(C.EXIT_STOPPED))
 
 
 def _exit_after_training() -> None:

@@ -294,7 +294,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
             requeued = client.leave()
             log(f"SIGTERM: left the job, {requeued} task(s) re-queued")
         finally:
-            os._exit(0)
+            os._exit(C.EXIT_STOPPED)
 
     net = roles._init_fleet(
         _ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots), per_slot=cfg.threads > 0
