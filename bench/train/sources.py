@@ -252,6 +252,9 @@ def main() -> None:
             sources.append({"name": "hdfs", "url": storage.join(base, "data"), "ugi": UGI,
                             "pid": hdfs._proc.pid, "ready": hdfs_ready})  # fmt: skip
         if "s3" in wanted:
+            # a fresh server folder: SeaweedFS refused uploads into one left by a run before
+            # ("failed to pick 1 from 0 node candidates", InternalError on UploadPart)
+            shutil.rmtree(work / "seaweed", ignore_errors=True)
             s3 = SeaweedS3(work / "seaweed")
             s3.start()
             stack.callback(s3.stop)
