@@ -200,34 +200,20 @@ class KubeRegistry(Registry):
     so the image needs no Kubernetes client library.
     """
 
-    def __init__(
-        self,
-        platform: str,
-        *,
-        namespace: str | None = None,
-        api: str | None = None,
-        token: str | None = None,
-        ca: str | None = None,
-        timeout: float = 10.0,
-    ):
+    def __init__(self, platform: str, kube: Any = None):
+        """`kube`: an `elasticctr.kube_api.InCluster` (default: the pod's own API server,
+        namespace and service account)."""
         from elasticctr.kube_api import InCluster
 
         self.platform = platform
-        self.kube = InCluster(
-            purpose="the Kubernetes scenario registry",
-            namespace=namespace,
-            api=api,
-            token=token,
-            ca=ca,
-            timeout=timeout,
-        )
+        self.kube = kube or InCluster(purpose="the Kubernetes scenario registry")
         self.namespace = self.kube.namespace
+        self.kube.purpose = f"scenario registry ({self.describe()})"
 
     def describe(self) -> str:
         return f"ConfigMaps {LABEL_PLATFORM}={self.platform} in namespace {self.namespace}"
 
     def list(self) -> dict[str, Scenario]:
-        self.kube.purpose = f"scenario registry ({self.describe()})"
         answer = self.kube.get(
             f"/api/v1/namespaces/{self.namespace}/configmaps",
             {"labelSelector": registry_selector(self.platform)},

@@ -27,13 +27,14 @@ retried; training never stops for it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from elasticctr import constants as C
+from elasticctr.coordinator.server import trainer_bounds
 from elasticctr.errors import EctlError
 from elasticctr.kube_api import ApiError, InCluster
 
@@ -64,15 +65,10 @@ def preempted_by_kube_scheduler(pod: dict[str, Any]) -> bool:
 
 
 def read_max_trainers(path: str | None) -> int | None:
-    """The release's trainer maximum from the scale file ({"min", "max"}), if readable."""
-    if not path:
-        return None
-    try:
-        with open(path) as fh:
-            value = json.load(fh).get("max")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and value >= 0 else None
+    """The release's trainer maximum from the scale file (the coordinator's /metrics reads
+    the same file: server.trainer_bounds), if readable and not negative."""
+    most = trainer_bounds(path)[1]
+    return most if most is not None and most >= 0 else None
 
 
 class Yielder:
@@ -243,8 +239,6 @@ class Yielder:
 
 def from_env(env: dict[str, str], trainers_file: str | None) -> Yielder | None:
     """The Yielder the chart asks for (ECTL_COORDINATOR_YIELD_JOB, _HOLD_SECONDS), or None."""
-    from elasticctr import constants as C
-
     job = (env.get(C.ENV_COORDINATOR_YIELD_JOB) or "").strip()
     if not job:
         return None
