@@ -34,4 +34,9 @@ def completion(
 
 
 def register(app: typer.Typer) -> None:
+    # typer's completion classes answer the script's requests (_ECTL_COMPLETE); typer
+    # registers them only with its own completion options, which ectl leaves out.
+    from typer._completion_classes import completion_init
+
+    completion_init()
     app.command("completion")(completion)

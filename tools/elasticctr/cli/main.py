@@ -12,6 +12,7 @@ import sys
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from elasticctr import __version__
 from elasticctr.constants import ENV_VERBOSE
@@ -19,7 +20,17 @@ from elasticctr.errors import EctlError, ValidationError
 
 err_console = Console(stderr=True)
 
+
+class _PanelOrder(TyperGroup):
+    """Verbs listed in HELP_PANELS' order (typer lists verbs before verb groups)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        order = [verb for verbs in HELP_PANELS.values() for verb in verbs]
+        return sorted(super().list_commands(ctx), key=order.index)
+
+
 app = typer.Typer(
+    cls=_PanelOrder,
     name="ectl",
     help=(
         "ElasticCTR: distributed CTR training and online serving on Kubernetes, "
@@ -30,6 +41,9 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # One completion path: `ectl completion SHELL` (typer's --install-completion and
+    # --show-completion options would be a second one).
+    add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -55,11 +69,40 @@ def main(
 
 
 def _register() -> None:
-    """Attach each verb group; each module defines `register(app)`."""
+    """Attach each verb group; each module defines `register(app)`. Then put every verb
+    in its panel of `ectl --help` (HELP_PANELS)."""
     import importlib
 
     for name in _VERB_MODULES:
         importlib.import_module(f"elasticctr.cli.{name}").register(app)
+    panel = {verb: title for title, verbs in HELP_PANELS.items() for verb in verbs}
+    for infos in (app.registered_commands, app.registered_groups):
+        missing = [i.name for i in infos if i.name not in panel]
+        if missing:  # a new verb must say where it belongs (tests/unit/test_cli_help.py)
+            raise RuntimeError(f"verbs without a help panel: {missing}")
+        for info in infos:
+            info.rich_help_panel = panel[info.name]
+
+
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Start here": ("quickstart", "init", "validate", "doctor", "completion"),
+    "Releases on a cluster (helm, kubectl)": (
+        "install",
+        "upgrade",
+        "status",
+        "logs",
+        "predict",
+        "port-forward",
+        "scenario",
+        "template",
+        "history",
+        "rollback",
+        "uninstall",
+    ),
+    "On this machine": ("local", "train", "data"),
+    "Components (what the images run)": ("serve", "cube", "coordinator", "fileserver"),
+}
+"""`ectl --help` groups: operator verbs first, the components' entry points last."""
 
 
 # Verb-group modules under elasticctr/cli/, each with a `register(app)` function.
