@@ -447,6 +447,33 @@ def test_status_reads_the_real_objects(cluster, release, ectl):
     assert "Running (running 3, pending 1" in row, table.stdout
 
 
+def test_status_watch_prints_until_interrupted(cluster, release):
+    """`ectl status -w -o json`: one JSON document per line every --interval, as kubectl's
+    -w; Ctrl-C (SIGINT) ends it with exit 0."""
+    import signal
+
+    argv = [sys.executable, "-m", "elasticctr.cli.main", "status", "-R", RELEASE, "-n",
+            NAMESPACE, "--kubeconfig", str(cluster.kubeconfig), "-w", "--interval", "1s",
+            "-o", "json"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        second = json.loads(proc.stdout.readline())
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert first["release"]["name"] == second["release"]["name"] == RELEASE, first
+    assert first.keys() == second.keys()
+    for line in rest.splitlines():  # a round cut short prints nothing half-way
+        json.loads(line)
+    bad = subprocess.run([*argv[:-4], "--interval", "0s"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "under 1s" in bad.stderr, bad.stderr
+
+
 def test_status_names_the_chart(cluster, release, ectl):
     proc = ectl("status", "-R", RELEASE, "-n", NAMESPACE, "-o", "json",
                 kubeconfig=cluster.kubeconfig)  # fmt: skip

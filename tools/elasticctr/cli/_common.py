@@ -73,6 +73,12 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def print_json_line(data: Any) -> None:
+    """One JSON document on one line (a stream of them: `status --watch -o json`)."""
+    sys.stdout.write(json.dumps(data, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def print_yaml(data: Any) -> None:
     """YAML on stdout, nothing else; it loads back to exactly what `print_json` prints
     (the data goes through JSON first: dates, paths and enums become the same strings)."""

@@ -609,10 +609,31 @@ def _print_status(s: dict[str, Any]) -> None:
     console.print(pods)
 
 
+def _interval(value: str) -> int:
+    seconds = common.whole_seconds(value)
+    if seconds < 1:
+        raise typer.BadParameter(f"{value!r} is under 1s; {common.DURATION_FIX}")
+    return seconds
+
+
 def status(
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        "-w",
+        help="Show it again every --interval until Ctrl-C (as kubectl get -w); with "
+        "-o json one document per line, with -o yaml documents separated by ---.",
+    ),
+    interval: int = typer.Option(
+        "5s",
+        "--interval",
+        parser=_interval,
+        metavar="DURATION",
+        help="Time between two looks with --watch: 5s, 1m (a bare number is seconds).",
+    ),
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     context: str | None = CONTEXT_OPTION,
     helm: str | None = HELM_OPTION,
@@ -626,11 +647,34 @@ def status(
 
       ectl status
 
+      ectl status -w --interval 10s
+
       ectl status -R ctr-demo -n ctr -o json | jq .coordinator
     """
-    data = collect_status(Target(release, namespace, kubeconfig, context, helm))
-    if not common.print_data(output, data):
-        _print_status(data)
+    import time
+
+    target = Target(release, namespace, kubeconfig, context, helm)
+    rounds = 0
+    try:
+        while True:
+            data = collect_status(target)
+            if watch and output is OutputFormat.json:
+                common.print_json_line(data)
+            elif watch and output is OutputFormat.yaml:
+                if rounds:
+                    print("---", flush=True)
+                common.print_yaml(data)
+            elif not common.print_data(output, data):
+                if watch and console.is_terminal:
+                    console.clear()
+                _print_status(data)
+            rounds += 1
+            if not watch:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        if not watch:
+            raise
 
 
 def split_lines(chunks) -> Iterator[str]:
@@ -660,7 +704,9 @@ def logs(
     ),
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
-    follow: bool = typer.Option(False, "--follow", "-F", help="Keep streaming new lines."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", "-F", help="Keep streaming new lines (as kubectl logs -f)."
+    ),
     tail: int = typer.Option(200, "--tail", help="Lines per pod to start from (-1 = all)."),
     since: int | None = typer.Option(
         None,
@@ -682,7 +728,7 @@ def logs(
 
       ectl logs trainer
 
-      ectl logs pserver --tail 50 --follow
+      ectl logs pserver --tail 50 -f
 
       ectl logs cube-transfer --since 10m
     """
