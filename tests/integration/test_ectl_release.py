@@ -235,6 +235,8 @@ FILE_VALUES = "lst: [p, q, r]\nm: {k: 1}\n"
         ["--set-string", "a=1,b=true,c={1,null}", "--set", "a=2"],
         ["--set-json", 'a=0.5,b=[1,{"c":null}],d=,e="s"', "--set", "b[2]=x"],
         ["--set-file", "a=file.txt", "--set", "a=overridden"],
+        ["--set-literal", r"a=one,two\,x=y{1}", "--set", "a=1,b=2", "--set-literal", "c.d[1]=007"],
+        ["--set-literal", "k,e.y=v", "--set-literal", "lst[0]=true", "--set-literal", "m.k="],
     ],
     ids=lambda f: " ".join(f)[:40],
 )

@@ -137,6 +137,21 @@ def test_set_file_reads_the_whole_file_as_a_string(tmp_path, monkeypatch):
     assert "--set-file x=latin1.txt: x: latin1.txt is not UTF-8 text" in problem
 
 
+def test_set_literal_keeps_the_rest_of_the_item_as_one_string():
+    """helm's --set-literal: one pair, the value everything after the first `=`, a string;
+    commas belong to key names; no escapes. Applied after every other --set flag."""
+    from elasticctr.cli._values import Overrides, apply_overrides
+
+    got = apply_overrides(
+        {},
+        Overrides.of(
+            sets=["a=1,b=2"],
+            literals=[r"a=x,y=z\,{1}", "c.d[1]=007", "k,e=v", "t=true"],
+        ),
+    )
+    assert got == {"a": r"x,y=z\,{1}", "b": 2, "c": {"d": [None, "007"]}, "k,e": "v", "t": "true"}
+
+
 def test_set_json_types_numbers_lists_and_maps():
     assert apply_overrides(
         {}, Overrides(set_json=('a=0.5,b=[1,{"c":null}],d=,e="s"', 'f={"g":1}'))
@@ -305,7 +320,8 @@ def test_deploy_verbs_take_the_whole_set_family(verb, ectl_here):
     proc = ectl_here(*verb, "--help")
     assert proc.returncode == 0
     text = flat(proc.stdout)
-    for flag in ("--values", "-f", "--set ", "--set-string", "--set-file", "--set-json"):
+    for flag in ("--values", "-f", "--set ", "--set-string", "--set-file", "--set-json",
+                 "--set-literal"):  # fmt: skip
         assert flag in text, (verb, flag)
 
 

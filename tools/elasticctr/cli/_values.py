@@ -52,6 +52,12 @@ SET_JSON_OPTION = typer.Option(
     "--set-json",
     help='key=JSON value pairs, comma-separated: a=0.01,b=[1,2],c={"x":1} (repeatable).',
 )
+SET_LITERAL_OPTION = typer.Option(
+    None,
+    "--set-literal",
+    help="key=value, one pair: everything after the first = is the value, a string, "
+    "commas and backslashes included (repeatable).",
+)
 
 SET_FIX = (
     "write key=value, pairs separated by commas: a.b=1,c=x; a list as {x,y}, a list item "
@@ -63,12 +69,13 @@ SET_JSON_FIX = 'write key=JSON value, e.g. a.b=0.5 or a={"x":1}'
 @dataclass(frozen=True)
 class Overrides:
     """The --set family, applied over the values files in helm's order: every --set-json,
-    then every --set, --set-string and --set-file, each in the order given."""
+    then every --set, --set-string, --set-file and --set-literal, each in the order given."""
 
     set_json: tuple[str, ...] = ()
     set: tuple[str, ...] = ()
     set_string: tuple[str, ...] = ()
     set_file: tuple[str, ...] = ()
+    set_literal: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -77,9 +84,10 @@ class Overrides:
         strings: list[str] | None = None,
         files: list[str] | None = None,
         json_values: list[str] | None = None,
+        literals: list[str] | None = None,
     ) -> Overrides:
         return cls(tuple(json_values or ()), tuple(sets or ()), tuple(strings or ()),
-                   tuple(files or ()))  # fmt: skip
+                   tuple(files or ()), tuple(literals or ()))  # fmt: skip
 
     def flags(self) -> Iterator[tuple[str, str]]:
         """(flag, item) pairs in the order helm applies them."""
@@ -88,12 +96,13 @@ class Overrides:
             ("--set", self.set),
             ("--set-string", self.set_string),
             ("--set-file", self.set_file),
+            ("--set-literal", self.set_literal),
         ):
             for item in items:
                 yield flag, item
 
     def __bool__(self) -> bool:
-        return any((self.set_json, self.set, self.set_string, self.set_file))
+        return any((self.set_json, self.set, self.set_string, self.set_file, self.set_literal))
 
 
 # --- helm's strvals ---------------------------------------------------------------------
@@ -149,11 +158,20 @@ class _Parser:
     as helm's ParseInto does: maps and lists already there (from the files) are extended,
     never replaced by a new one."""
 
-    def __init__(self, text: str, reader: Callable[[str], Any] | None, json_values: bool):
+    def __init__(
+        self,
+        text: str,
+        reader: Callable[[str], Any] | None,
+        json_values: bool,
+        literal: bool = False,
+    ):
         self.text = text
         self.pos = 0
         self.reader = reader
         self.json_values = json_values
+        self.literal = literal
+        """--set-literal (helm's literal parser): keys end at = [ . only (a comma is part
+        of a name), no backslash escapes, the value is the rest of the item."""
         self._decoder = json.JSONDecoder()
 
     def parse(self, data: dict[str, Any]) -> None:
@@ -176,7 +194,7 @@ class _Parser:
                 return "".join(out), None
             if ch in stop:
                 return "".join(out), ch
-            if ch == "\\":
+            if ch == "\\" and not self.literal:
                 ch = self._next()
                 if ch is None:
                     return "".join(out), None
@@ -184,7 +202,7 @@ class _Parser:
 
     def _key(self, data: dict[str, Any], depth: int, path: str) -> bool:
         """One key and its value into `data`; False at the end of the text."""
-        key, last = self._until("=[,.")
+        key, last = self._until("=[." if self.literal else "=[,.")
         if last is None:
             if not key:
                 return False
@@ -256,7 +274,11 @@ class _Parser:
         return _set_index(items, index, inner), True
 
     def _value(self, where: str) -> Any:
-        """What follows `=`: a JSON value (--set-json), a {x,y} list, or one value."""
+        """What follows `=`: a JSON value (--set-json), a {x,y} list, or one value; with
+        --set-literal the rest of the item, as it is."""
+        if self.literal:
+            rest, self.pos = self.text[self.pos :], len(self.text)
+            return rest
         if self.json_values:
             if self._blank():
                 return None
@@ -333,11 +355,14 @@ def _file_contents(path: str) -> str:
 
 
 def apply_set(values: dict[str, Any], flag: str, item: str) -> None:
-    """One --set / --set-string / --set-file / --set-json item into `values`, in place."""
+    """One item of the --set family into `values`, in place."""
     readers: dict[str, Callable[[str], Any] | None] = {
         "--set": None, "--set-string": _string, "--set-file": _file_contents, "--set-json": None,
+        "--set-literal": _string,
     }  # fmt: skip
-    _Parser(item, readers[flag], json_values=flag == "--set-json").parse(values)
+    _Parser(
+        item, readers[flag], json_values=flag == "--set-json", literal=flag == "--set-literal"
+    ).parse(values)
 
 
 def apply_overrides(values: dict[str, Any], overrides: Overrides) -> dict[str, Any]:

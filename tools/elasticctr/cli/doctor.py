@@ -28,6 +28,7 @@ from elasticctr.cli._common import (
 from elasticctr.cli._values import (
     SET_FILE_OPTION,
     SET_JSON_OPTION,
+    SET_LITERAL_OPTION,
     SET_OPTION,
     SET_STRING_OPTION,
     Overrides,
@@ -819,6 +820,7 @@ def doctor(
     set_strings: list[str] | None = SET_STRING_OPTION,
     set_files: list[str] | None = SET_FILE_OPTION,
     set_json: list[str] | None = SET_JSON_OPTION,
+    set_literals: list[str] | None = SET_LITERAL_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
@@ -838,7 +840,7 @@ def doctor(
       ectl doctor -f values/production.yaml
     """
     values = None
-    overrides = Overrides.of(sets, set_strings, set_files, set_json)
+    overrides = Overrides.of(sets, set_strings, set_files, set_json, set_literals)
     if values_files or overrides:
         from elasticctr import values as chart_values
         from elasticctr.constants import chart_dir

@@ -36,6 +36,7 @@ from elasticctr.cli._common import (
 from elasticctr.cli._values import (
     SET_FILE_OPTION,
     SET_JSON_OPTION,
+    SET_LITERAL_OPTION,
     SET_OPTION,
     SET_STRING_OPTION,
     VALUES_OPTION,
@@ -480,6 +481,7 @@ def install(
     set_strings: list[str] | None = SET_STRING_OPTION,
     set_files: list[str] | None = SET_FILE_OPTION,
     set_json: list[str] | None = SET_JSON_OPTION,
+    set_literals: list[str] | None = SET_LITERAL_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -517,7 +519,7 @@ def install(
         _target(release, namespace, kubeconfig, context, helm),
         files,
         chart,
-        sets=Overrides.of(sets, set_strings, set_files, set_json),
+        sets=Overrides.of(sets, set_strings, set_files, set_json, set_literals),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -534,6 +536,7 @@ def upgrade(
     set_strings: list[str] | None = SET_STRING_OPTION,
     set_files: list[str] | None = SET_FILE_OPTION,
     set_json: list[str] | None = SET_JSON_OPTION,
+    set_literals: list[str] | None = SET_LITERAL_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -577,7 +580,7 @@ def upgrade(
         target,
         files,
         chart,
-        sets=Overrides.of(sets, set_strings, set_files, set_json),
+        sets=Overrides.of(sets, set_strings, set_files, set_json, set_literals),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,
@@ -824,6 +827,7 @@ def template(
     set_strings: list[str] | None = SET_STRING_OPTION,
     set_files: list[str] | None = SET_FILE_OPTION,
     set_json: list[str] | None = SET_JSON_OPTION,
+    set_literals: list[str] | None = SET_LITERAL_OPTION,
     release: str = RELEASE_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     chart: str | None = CHART_OPTION,
@@ -846,7 +850,7 @@ def template(
     """
     chart_path = _chart_path(chart, helm)
     values = load_user_values(
-        files or [], chart_path, Overrides.of(sets, set_strings, set_files, set_json)
+        files or [], chart_path, Overrides.of(sets, set_strings, set_files, set_json, set_literals)
     )
     ns = namespace or "default"
     client = common.helm_client(Target(release, ns, None, None, helm))

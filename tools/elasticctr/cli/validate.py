@@ -15,6 +15,7 @@ from elasticctr.cli._common import OutputFormat, console
 from elasticctr.cli._values import (
     SET_FILE_OPTION,
     SET_JSON_OPTION,
+    SET_LITERAL_OPTION,
     SET_OPTION,
     SET_STRING_OPTION,
     VALUES_OPTION,
@@ -41,6 +42,7 @@ def validate(
     set_strings: list[str] | None = SET_STRING_OPTION,
     set_files: list[str] | None = SET_FILE_OPTION,
     set_json: list[str] | None = SET_JSON_OPTION,
+    set_literals: list[str] | None = SET_LITERAL_OPTION,
     output: OutputFormat = common.OUTPUT_OPTION,
 ) -> None:
     """Check values files (and --set values) against the chart's schemas and cross-field rules.
@@ -69,7 +71,7 @@ def validate(
     from elasticctr.values import load_files
 
     files = list(files or values or [])
-    overrides = Overrides.of(sets, set_strings, set_files, set_json)
+    overrides = Overrides.of(sets, set_strings, set_files, set_json, set_literals)
     problems: list[str] = []
     for path in files:  # every unparsable file at once, then the chart's rules
         try:
