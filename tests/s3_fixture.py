@@ -53,7 +53,7 @@ _SUPERVISOR = (
 
 
 def weed_binary() -> Path:
-    return Path(os.environ.get("ECTL_WEED", REPO / ".tools" / "bin" / "weed"))
+    return Path(os.environ.get("ELASTICCTR_WEED", REPO / ".tools" / "bin" / "weed"))
 
 
 def require_weed() -> Path:

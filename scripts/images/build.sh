@@ -104,7 +104,7 @@ cp "$PROJ"/elasticctr-*.whl "$CTX/project/"
 
 # --- 3b. the native training reader (docs/training.md "Native path") -------------------
 # Built here, static (the base image has no compiler; Debian's libc.a on the host): the
-# train image ships it as $ECTL_SLOTFEED, so the chart's trainers use the native pipeline.
+# train image ships it as $ELASTICCTR_SLOTFEED, so the chart's trainers use the native pipeline.
 mkdir -p "$CTX/native"
 cc=${CC:-$(command -v gcc || command -v cc || true)}
 [ -n "$cc" ] || { echo "build.sh: gcc is needed to build ectl-slotfeed (apt-get install gcc)" >&2; exit 1; }

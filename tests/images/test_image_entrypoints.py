@@ -75,12 +75,12 @@ def test_role_help(docker, images, image, role):
 
 def test_train_image_ships_the_native_reader(docker, images):
     """The chart's trainers train on the native pipeline: the image has the compiled reader
-    ($ECTL_SLOTFEED; the image has no compiler) and the trainer code finds it."""
+    ($ELASTICCTR_SLOTFEED; the image has no compiler) and the trainer code finds it."""
     script = (
         "import os, subprocess, tempfile\n"
         "from elasticctr.train import native\n"
         "assert native.unavailable() is None, native.unavailable()\n"
-        "assert str(native.binary()) == os.environ['ECTL_SLOTFEED']\n"
+        "assert str(native.binary()) == os.environ['ELASTICCTR_SLOTFEED']\n"
         "print(native.binary())\n"
     )
     done = docker.run(images["train"], "-c", script, options=("--entrypoint", "python"))

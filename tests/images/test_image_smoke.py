@@ -190,7 +190,7 @@ def test_trainer_trains_against_a_pserver_container(docker, images, scratch):
     common = [
         "--network", network, "-v", f"{work}:/work", "--read-only", "--tmpfs", "/tmp",
         "-e", "PADDLE_PSERVERS_IP_PORT_LIST=ps0:6170", "-e", "PADDLE_TRAINERS_NUM=1",
-        "-e", "PADDLE_GLOO_HTTP_ENDPOINT=ps0:6171", "-e", "ECTL_TRAIN_STAGING=/work/staging",
+        "-e", "PADDLE_GLOO_HTTP_ENDPOINT=ps0:6171", "-e", "ELASTICCTR_TRAIN_STAGING=/work/staging",
         "-e", "FLAGS_enable_pir_api=0", "-e", "GLOG_minloglevel=2",
     ]  # fmt: skip
     ps = _name("ps0")

@@ -63,7 +63,7 @@ def test_killing_the_test_process_takes_the_server_down(tmp_path):
 
 
 def test_missing_build_fails_with_make_tools(monkeypatch, tmp_path):
-    monkeypatch.setenv("ECTL_WEED", str(tmp_path / "no-weed"))
+    monkeypatch.setenv("ELASTICCTR_WEED", str(tmp_path / "no-weed"))
     with pytest.raises(pytest.fail.Exception, match="run `make tools`"):
         require_weed()
     with pytest.raises(pytest.fail.Exception, match="run `make tools`"):

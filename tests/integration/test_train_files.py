@@ -152,7 +152,7 @@ def test_the_data_show_click_feed_the_sparse_table(tmp_path: Path) -> None:
         [*ECTL, "train", "--local", "-p", "1", "-t", "1", "-f", str(values), "-q",
          "--log-dir", str(tmp_path / "logs"), "--checkpoint-dir", str(tmp_path / "ckpt")],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "ECTL_TRAIN_KEEP_STAGING": "1"},
+        env={**os.environ, "ELASTICCTR_TRAIN_KEEP_STAGING": "1"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     # What the trainer trained: every sample but the held-out ones (elastic training's

@@ -136,7 +136,7 @@ def test_init_refuses_to_overwrite(tmp_path, ectl_here):
 
 @pytest.mark.fast
 def test_init_bad_elasticctr_inputs_list_every_problem(tmp_path, ectl_here, monkeypatch):
-    monkeypatch.delenv("ECTL_TEST_UNSET_IP", raising=False)
+    monkeypatch.delenv("ELASTICCTR_TEST_UNSET_IP", raising=False)
     out = tmp_path / "values.yaml"
     proc = ectl_here(
         "init", "-f", str(FIXTURES / "bad_data.config"), "-s", str(FIXTURES / "bad_slot.conf"),
@@ -147,7 +147,7 @@ def test_init_bad_elasticctr_inputs_list_every_problem(tmp_path, ectl_here, monk
     expected = [
         "bad_slot.conf:3: slot id must be a non-negative integer, got 'x'",
         "bad_slot.conf:4: duplicate slot 1 (first on line 2)",
-        "bad_data.config:1: $ECTL_TEST_UNSET_IP is not defined",
+        "bad_data.config:1: $ELASTICCTR_TEST_UNSET_IP is not defined",
         "bad_data.config:2: START_DATE_HR '20200431/00': 20200431 is not a calendar date",
         "bad_data.config:3: DATASET_PATH is missing or empty",
     ]

@@ -235,7 +235,7 @@ def test_a_streamed_range_reads_exactly_what_the_mapped_range_reads(
     data.write_text("\n".join(_lines(3000)))  # no final newline
     size = data.stat().st_size
     cuts = [0, 1, 2, 57, size // 3, size // 3 + 1, size // 2, size - 2, size]
-    monkeypatch.setenv("ECTL_STREAM_BLOCK_KIB", "1")
+    monkeypatch.setenv("ELASTICCTR_STREAM_BLOCK_KIB", "1")
     got = {}
     for where, path in (("mapped", str(data)), ("streamed", f"{url}/part-0")):
         ranges = [native.Range(path, a, b) for a, b in itertools.pairwise(cuts)]
@@ -290,7 +290,7 @@ def test_a_stored_range_that_cannot_be_read_raises_a_read_error(
         native.heldout_lines([native.Range(f"{url}/part-1", 0, 100)], slots, None)
     from elasticctr.net import free_port
 
-    monkeypatch.setenv("ECTL_READ_RETRY_SECONDS", "0.5")
+    monkeypatch.setenv("ELASTICCTR_READ_RETRY_SECONDS", "0.5")
     gone = f"http://127.0.0.1:{free_port()}/part-0"
     with pytest.raises(native.ReadError, match=r"cannot reach the server"):
         native.heldout_lines([native.Range(gone, 0, 100)], slots, None)

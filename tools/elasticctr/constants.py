@@ -7,10 +7,18 @@ Each part adds its own contract here (and documents it in docs/) as it lands.
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
 
 # --- ectl / general -----------------------------------------------------------------
-ENV_VERBOSE = "ECTL_VERBOSE"
+ENV_PREFIX = "ELASTICCTR_"
+"""Every environment variable of ElasticCTR's own starts with this (ENV_NAMES lists them);
+the other names it reads are other tools' (PADDLE_*, AWS_*, HDFS_UGI, MLFLOW_*)."""
+LEGACY_ENV_PREFIX = "ECTL_"
+"""ElasticCTR 0.1 named part of them ECTL_; `adopt_legacy_env` still reads them, with a
+warning, until 0.3."""
+
+ENV_VERBOSE = "ELASTICCTR_VERBOSE"
 """Set to 1 to print tracebacks for errors (same as --verbose)."""
 
 ENV_CHART_DIR = "ELASTICCTR_CHART_DIR"
@@ -84,9 +92,21 @@ def chart_dir() -> Path:
     return repo_root() / "charts" / "elasticctr"
 
 
+# --- HTTP servers (elasticctr.httpd: fileserver, coordinator, cube, serving) ----------------
+ENV_HTTP_HEADER_TIMEOUT = "ELASTICCTR_HTTP_HEADER_TIMEOUT"
+"""Seconds a client has to send a whole request head (default 30)."""
+ENV_HTTP_IDLE_TIMEOUT = "ELASTICCTR_HTTP_IDLE_TIMEOUT"
+"""Seconds an idle keep-alive connection (or a stalled body) is kept open (default 60)."""
+ENV_HTTP_MAX_CONNECTIONS = "ELASTICCTR_HTTP_MAX_CONNECTIONS"
+"""Open connections a server accepts before answering 503 and closing (default 1024)."""
+ENV_HTTP_ACCESS_LOG = "ELASTICCTR_HTTP_ACCESS_LOG"
+"""1: every elasticctr.httpd server logs one line per request (debugging)."""
+
 # --- fileserver -----------------------------------------------------------------------
 ENV_FILESERVER_TOKEN = "ELASTICCTR_FILESERVER_TOKEN"
 """Bearer token for fileserver writes (server side) and for uploads (client side)."""
+ENV_FILESERVER_ACCESS_LOG = "ELASTICCTR_FILESERVER_ACCESS_LOG"
+"""1: the fileserver logs one line per request (debugging; off by default)."""
 FILESERVER_PORT = 8080
 FILESERVER_MAX_UPLOAD_BYTES = 8 << 30
 
@@ -135,9 +155,10 @@ ENV_VC_TASK_INDEX = "VC_TASK_INDEX"
 """Volcano env plugin: this pod's index within its task."""
 ENV_VC_COORDINATOR_HOSTS = "VC_COORDINATOR_HOSTS"
 """Volcano svc plugin: host name of the job's coordinator task."""
-ENV_COORDINATOR_URL = "ECTL_COORDINATOR_URL"
-"""Elastic trainers: the coordinator's URL (else VC_COORDINATOR_HOSTS + ECTL_COORDINATOR_PORT)."""
-ENV_COORDINATOR_PORT = "ECTL_COORDINATOR_PORT"
+ENV_COORDINATOR_URL = "ELASTICCTR_COORDINATOR_URL"
+"""Elastic trainers: the coordinator's URL (else VC_COORDINATOR_HOSTS +
+ELASTICCTR_COORDINATOR_PORT)."""
+ENV_COORDINATOR_PORT = "ELASTICCTR_COORDINATOR_PORT"
 DEFAULT_COORDINATOR_PORT = 8300
 DEFAULT_COORDINATOR_LEASE_SECONDS = 120.0
 """How long a trainer's task lease lasts without a heartbeat (chart:
@@ -154,7 +175,7 @@ Short: with the native pipeline a task of a small hour trains in well under a se
 and a trainer that slept 5 s through a checkpoint export missed the whole next hour."""
 DEFAULT_COORDINATOR_POLL_SECONDS = 30.0
 """Seconds between looks for new hourly partitions (trainer.coordinator.pollSeconds)."""
-ENV_COORDINATOR_TRAINERS_FILE = "ECTL_COORDINATOR_TRAINERS_FILE"
+ENV_COORDINATOR_TRAINERS_FILE = "ELASTICCTR_COORDINATOR_TRAINERS_FILE"
 EXIT_STOPPED = 143
 """Exit status of an elastic trainer stopped by SIGTERM (128 + 15: preempted, evicted,
 drained) before the coordinator said `finished`. Not 0: a trainer pod that ends Succeeded
@@ -162,55 +183,55 @@ counts towards Volcano's TaskCompleted (Succeeded pods >= the task's replicas), 
 CompleteJob would end the whole job when every trainer is preempted at once or the count
 was lowered (elasticctr.coordinator.yielding). The trainer task has no PodFailed policy,
 so a Failed trainer pod spends no retry."""
-ENV_COORDINATOR_YIELD_JOB = "ECTL_COORDINATOR_YIELD_JOB"
+ENV_COORDINATOR_YIELD_JOB = "ELASTICCTR_COORDINATOR_YIELD_JOB"
 """The coordinator's Volcano Job: set, it gives trainers up to kube-scheduler's preemptors
 (elasticctr.coordinator.yielding; trainer.coordinator.yieldToKubeScheduler)."""
-ENV_COORDINATOR_YIELD_HOLD_SECONDS = "ECTL_COORDINATOR_YIELD_HOLD_SECONDS"
+ENV_COORDINATOR_YIELD_HOLD_SECONDS = "ELASTICCTR_COORDINATOR_YIELD_HOLD_SECONDS"
 DEFAULT_YIELD_HOLD_SECONDS = 120
 """Seconds after kube-scheduler's last preemption before the trainer count is restored."""
 """JSON `{"min": m, "max": n}` of the trainer task (trainer.trainer.minReplicas and
 replicas) for the coordinator's /metrics: a ConfigMap the chart mounts, outside the job's
 spec, so scaling changes it in place (docs/operations.md)."""
-ENV_PSERVER_WAIT_SECONDS = "ECTL_PSERVER_WAIT_SECONDS"
+ENV_PSERVER_WAIT_SECONDS = "ELASTICCTR_PSERVER_WAIT_SECONDS"
 """How long a trainer waits for every pserver endpoint to accept TCP connections."""
 DEFAULT_PSERVER_WAIT_SECONDS = 300.0
-ENV_TRAIN_VALUES = "ECTL_TRAIN_VALUES"
+ENV_TRAIN_VALUES = "ELASTICCTR_TRAIN_VALUES"
 """Path of the values file a role reads (same as `ectl train pserver|trainer -f`)."""
-ENV_TRAIN_STAGING = "ECTL_TRAIN_STAGING"
+ENV_TRAIN_STAGING = "ELASTICCTR_TRAIN_STAGING"
 """Folder pservers dump sparse tables into before export (shared volume in a cluster)."""
-ENV_TRAIN_ELASTIC = "ECTL_TRAIN_ELASTIC"
+ENV_TRAIN_ELASTIC = "ELASTICCTR_TRAIN_ELASTIC"
 """1: elastic job (coordinator tasks): no gloo rendezvous/barriers on any role."""
-ENV_TRAIN_CHECKPOINT = "ECTL_TRAIN_CHECKPOINT"
+ENV_TRAIN_CHECKPOINT = "ELASTICCTR_TRAIN_CHECKPOINT"
 """Folder of the training checkpoint (PS dump + progress.json); shared volume in a cluster."""
-ENV_TRAIN_KEEP_STAGING = "ECTL_TRAIN_KEEP_STAGING"
+ENV_TRAIN_KEEP_STAGING = "ELASTICCTR_TRAIN_KEEP_STAGING"
 """Set to 1 to keep each partition's table dump in the staging folder (debugging)."""
-ENV_TRAIN_THREADS = "ECTL_TRAIN_THREADS"
+ENV_TRAIN_THREADS = "ELASTICCTR_TRAIN_THREADS"
 """Training threads per trainer (overrides the values' `trainer.trainer.threads`, i.e. the
 trainer subchart's `trainer.threads`); 0 = the Python reader, >= 1 = Paddle's native
 dataset pipeline with that many threads (docs/training.md "Native path")."""
 DEFAULT_TRAIN_THREADS = 2
 MAX_TRAIN_THREADS = 64
-ENV_NATIVE_CACHE = "ECTL_NATIVE_CACHE"
+ENV_NATIVE_CACHE = "ELASTICCTR_NATIVE_CACHE"
 """Folder of the compiled native reader (default ~/.cache/elasticctr/native)."""
-ENV_SLOTFEED = "ECTL_SLOTFEED"
+ENV_SLOTFEED = "ELASTICCTR_SLOTFEED"
 """Path of a prebuilt ectl-slotfeed binary (skips the build; images, tests)."""
-ENV_STREAM_BLOCK_KIB = "ECTL_STREAM_BLOCK_KIB"
+ENV_STREAM_BLOCK_KIB = "ELASTICCTR_STREAM_BLOCK_KIB"
 """KiB per ranged read when the native reader streams a range of a stored (remote) file
 (default 4096: one HTTP Range GET / HDFS read per 4 MiB)."""
-ENV_READ_RETRY_SECONDS = "ECTL_READ_RETRY_SECONDS"
+ENV_READ_RETRY_SECONDS = "ELASTICCTR_READ_RETRY_SECONDS"
 """How long a stream of a stored file retries a failed read (connection refused, server
 gone) from the byte it reached before the task fails (default 30)."""
-ENV_DENSE_PULL_EVERY = "ECTL_DENSE_PULL_EVERY"
+ENV_DENSE_PULL_EVERY = "ELASTICCTR_DENSE_PULL_EVERY"
 """Steps between a trainer's pulls of the dense parameters (default 5)."""
-ENV_DENSE_PULL_SECONDS = "ECTL_DENSE_PULL_SECONDS"
+ENV_DENSE_PULL_SECONDS = "ELASTICCTR_DENSE_PULL_SECONDS"
 """Seconds between dense pulls while the native pipeline trains (default 0.1)."""
-ENV_PARTITION_POLL_SECONDS = "ECTL_PARTITION_POLL_SECONDS"
+ENV_PARTITION_POLL_SECONDS = "ELASTICCTR_PARTITION_POLL_SECONDS"
 """Seconds between looks for the next hourly partition when following (default 60)."""
-ENV_MLFLOW_EXPERIMENT = "ECTL_MLFLOW_EXPERIMENT"
+ENV_MLFLOW_EXPERIMENT = "ELASTICCTR_MLFLOW_EXPERIMENT"
 """MLflow experiment of training runs (default `elasticctr`)."""
-ENV_MLFLOW_REGISTERED_MODEL = "ECTL_MLFLOW_REGISTERED_MODEL"
+ENV_MLFLOW_REGISTERED_MODEL = "ELASTICCTR_MLFLOW_REGISTERED_MODEL"
 """MLflow registered model that training adds every exported version to."""
-ENV_MLFLOW_FLUSH_SECONDS = "ECTL_MLFLOW_FLUSH_SECONDS"
+ENV_MLFLOW_FLUSH_SECONDS = "ELASTICCTR_MLFLOW_FLUSH_SECONDS"
 """How long a trainer's exit waits for MLflow updates still queued (tracking server down)."""
 DEFAULT_MLFLOW_FLUSH_SECONDS = 120.0
 DEFAULT_MLFLOW_REGISTERED_MODEL = "elasticctr"
@@ -239,3 +260,27 @@ SERVING_MAX_WAIT_MS = 0.0
 """Longest a batch waits to fill (chart: serving.batching.maxWaitMs); 0 = no waiting."""
 SERVING_MAX_QUEUE_SAMPLES = 20000
 """Samples waiting beyond this answer 503 (chart: serving.batching.maxQueueSamples)."""
+
+
+# --- one prefix -----------------------------------------------------------------------
+ENV_NAMES = frozenset(
+    value
+    for name, value in dict(globals()).items()
+    if name.startswith("ENV_") and isinstance(value, str) and value.startswith(ENV_PREFIX)
+)
+"""Every ELASTICCTR_* name the package reads (tests/unit/test_env_names.py: the chart,
+the package and the docs use no other)."""
+
+
+def adopt_legacy_env(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """Copy each legacy `ECTL_<X>` whose `ELASTICCTR_<X>` is one of ENV_NAMES into that
+    name (a set new name wins); the legacy names found, sorted, for the caller to warn
+    about. `ectl` calls it first, so every part and its child processes read new names only."""
+    env = os.environ if environ is None else environ
+    found = []
+    for legacy in sorted(name for name in env if name.startswith(LEGACY_ENV_PREFIX)):
+        new = ENV_PREFIX + legacy[len(LEGACY_ENV_PREFIX) :]
+        if new in ENV_NAMES:
+            found.append(legacy)
+            env.setdefault(new, env[legacy])
+    return found

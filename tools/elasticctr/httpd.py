@@ -12,8 +12,9 @@ Two front ends share one set of rules (limits, request framing, error body, toke
 The rules, whichever front end serves:
 - a request head must arrive within `header_timeout` (30 s) of its first byte, an idle
   keep-alive connection is closed after `idle_timeout` (60 s), a body must make progress
-  within `idle_timeout`; all configurable (ECTL_HTTP_HEADER_TIMEOUT, ECTL_HTTP_IDLE_TIMEOUT);
-- at most `max_connections` (1024, ECTL_HTTP_MAX_CONNECTIONS) open connections; one more
+  within `idle_timeout`; all configurable (ELASTICCTR_HTTP_HEADER_TIMEOUT,
+  ELASTICCTR_HTTP_IDLE_TIMEOUT);
+- at most `max_connections` (1024, ELASTICCTR_HTTP_MAX_CONNECTIONS) open connections; one more
   gets 503 and is closed;
 - a head over `max_header_bytes` gets 431, a body over `max_body_bytes` 413;
 - framing (RFC 9112 §6): two different Content-Length values, Content-Length together
@@ -39,16 +40,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from elasticctr import constants as C
 from elasticctr.errors import EctlError
 
 log = logging.getLogger("elasticctr.httpd")
 
-ENV_HEADER_TIMEOUT = "ECTL_HTTP_HEADER_TIMEOUT"
-"""Seconds a client has to send a whole request head (default 30)."""
-ENV_IDLE_TIMEOUT = "ECTL_HTTP_IDLE_TIMEOUT"
-"""Seconds an idle keep-alive connection (or a stalled body) is kept open (default 60)."""
-ENV_MAX_CONNECTIONS = "ECTL_HTTP_MAX_CONNECTIONS"
-"""Open connections a server accepts before answering 503 and closing (default 1024)."""
+ENV_HEADER_TIMEOUT = C.ENV_HTTP_HEADER_TIMEOUT
+ENV_IDLE_TIMEOUT = C.ENV_HTTP_IDLE_TIMEOUT
+ENV_MAX_CONNECTIONS = C.ENV_HTTP_MAX_CONNECTIONS
 
 CHUNKED = -1
 _now = time.monotonic
@@ -670,7 +669,7 @@ class HardenedHandler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.limits.idle_timeout)
 
     def log_message(self, format, *args):  # noqa: A002 - quiet by default
-        if os.environ.get("ECTL_HTTP_ACCESS_LOG") == "1":
+        if os.environ.get(C.ENV_HTTP_ACCESS_LOG) == "1":
             super().log_message(format, *args)
 
     def handle_one_request(self) -> None:

@@ -1,7 +1,7 @@
 """The MLflow model-registry contract shared by training and serving.
 
 Training registers every published version under one registered model
-($ECTL_MLFLOW_REGISTERED_MODEL, default `elasticctr`), tagged `elasticctr.version` =
+($ELASTICCTR_MLFLOW_REGISTERED_MODEL, default `elasticctr`), tagged `elasticctr.version` =
 YYYYMMDD/HH (elasticctr.train.registry). Serving moves the registry alias `serving` to the
 registered version it answers with on every switch, rollbacks included, so MLflow says which
 version is live. Neither side imports the other: both use this module.
@@ -24,7 +24,7 @@ SERVING_ALIAS = "serving"
 
 
 def registered_model_name() -> str:
-    """The registered model training adds versions to ($ECTL_MLFLOW_REGISTERED_MODEL)."""
+    """The registered model training adds versions to ($ELASTICCTR_MLFLOW_REGISTERED_MODEL)."""
     return os.environ.get(C.ENV_MLFLOW_REGISTERED_MODEL) or C.DEFAULT_MLFLOW_REGISTERED_MODEL
 
 

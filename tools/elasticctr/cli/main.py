@@ -15,7 +15,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from elasticctr import __version__
-from elasticctr.constants import ENV_VERBOSE
+from elasticctr.constants import ENV_PREFIX, ENV_VERBOSE, LEGACY_ENV_PREFIX, adopt_legacy_env
 from elasticctr.errors import EctlError, ValidationError
 
 err_console = Console(stderr=True)
@@ -134,6 +134,13 @@ def _maybe_traceback() -> None:
 
 def run() -> None:
     """Console-script entry: run the app, print user errors as one red line."""
+    for legacy in adopt_legacy_env():
+        new = ENV_PREFIX + legacy[len(LEGACY_ENV_PREFIX) :]
+        err_console.print(
+            f"[yellow]warning:[/] {legacy} is deprecated: set {new} (the old name is read"
+            " until ElasticCTR 0.3)",
+            highlight=False,
+        )
     _register()
     try:
         # Without standalone mode click returns (not raises) the code of typer.Exit(n).

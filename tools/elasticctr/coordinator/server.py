@@ -59,7 +59,7 @@ class CoordinatorServer(ThreadedServer):
     ):
         """`scenario` labels the version metrics; `data_tz` is the clock of the data hours
         (elasticctr.metrics); `trainers_file` the trainer task's `{"min", "max"}` (default:
-        $ECTL_COORDINATOR_TRAINERS_FILE)."""
+        $ELASTICCTR_COORDINATOR_TRAINERS_FILE)."""
         self.coordinator = coordinator
         self.scenario = scenario
         self.data_tz = data_tz or M.data_timezone()

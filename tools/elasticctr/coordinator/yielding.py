@@ -17,7 +17,7 @@ answers by changing its own worker count; so does the coordinator here:
   that find no room wait Pending (their class never preempts) and borrow again once the
   tenant leaves. If someone else changed `replicas` meanwhile (`helm upgrade`), the
   coordinator leaves it as they set it. A coordinator that starts with fewer trainers
-  than the release's maximum (ECTL_COORDINATOR_TRAINERS_FILE) restores them after a hold,
+  than the release's maximum (ELASTICCTR_COORDINATOR_TRAINERS_FILE) restores them after a hold,
   so a restart during a hold loses nothing.
 
 Only the coordinator's pod mounts a token (trainer.coordinator.yieldToKubeScheduler in
@@ -238,7 +238,7 @@ class Yielder:
 
 
 def from_env(env: dict[str, str], trainers_file: str | None) -> Yielder | None:
-    """The Yielder the chart asks for (ECTL_COORDINATOR_YIELD_JOB, _HOLD_SECONDS), or None."""
+    """The Yielder the chart asks for (ELASTICCTR_COORDINATOR_YIELD_JOB, _HOLD_SECONDS), or None."""
     job = (env.get(C.ENV_COORDINATOR_YIELD_JOB) or "").strip()
     if not job:
         return None

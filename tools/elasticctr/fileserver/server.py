@@ -22,6 +22,7 @@ from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from elasticctr import constants as C
 from elasticctr import metrics as M
 from elasticctr.errors import EctlError
 from elasticctr.httpd import (
@@ -96,7 +97,7 @@ class _Handler(HardenedHandler):
 
     # -- helpers ---------------------------------------------------------------------
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
-        if os.environ.get("ECTL_FILESERVER_ACCESS_LOG") == "1":
+        if os.environ.get(C.ENV_FILESERVER_ACCESS_LOG) == "1":
             super().log_message(format, *args)
 
     def _send_error(self, status: HTTPStatus, message: str, code: str | None = None) -> None:

@@ -1,7 +1,7 @@
 """What a training role needs from the values file (docs/contracts.md), validated once.
 
 Keys read: `trainer.trainer.threads` (the trainer subchart's `trainer.threads`; env
-`ECTL_TRAIN_THREADS` overrides it), `trainer.model` (name + hyperparameters, see
+`ELASTICCTR_TRAIN_THREADS` overrides it), `trainer.model` (name + hyperparameters, see
 `elasticctr.train.models`), `global.data` (path, hdfsAddress, slots, sparseDim,
 startDateHour, endDateHour, maxErrorRate, hdfsUgi), `global.modelStore`,
 `global.mlflow.trackingUri`. Everything else in the values file belongs to other parts

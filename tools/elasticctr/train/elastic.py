@@ -313,7 +313,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     if not dense_ready:
         _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
         dense_ready = True
-    pull_every = int(os.environ.get("ECTL_DENSE_PULL_EVERY", roles.DENSE_PULL_EVERY))
+    pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, roles.DENSE_PULL_EVERY))
     main = paddle.static.default_main_program()
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
     beat = _Heartbeat(client)

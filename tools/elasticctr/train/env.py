@@ -167,8 +167,8 @@ def resolve(env: Mapping[str, str] | None = None, role: str | None = None) -> Ro
 
 
 def coordinator_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The coordinator an elastic trainer leases from: `ECTL_COORDINATOR_URL`, else the
-    Volcano coordinator task's host (`VC_COORDINATOR_HOSTS`) on `ECTL_COORDINATOR_PORT`;
+    """The coordinator an elastic trainer leases from: `ELASTICCTR_COORDINATOR_URL`, else the
+    Volcano coordinator task's host (`VC_COORDINATOR_HOSTS`) on `ELASTICCTR_COORDINATOR_PORT`;
     None when neither is set (static file split)."""
     env = os.environ if env is None else env
     if env.get(C.ENV_COORDINATOR_URL):

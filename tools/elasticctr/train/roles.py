@@ -901,7 +901,7 @@ class _Tracker:
 
     def close(self, timeout: float | None = None) -> None:
         """End the run after the queued updates; wait at most `timeout` seconds
-        ($ECTL_MLFLOW_FLUSH_SECONDS, 120) for them, then give up with a warning."""
+        ($ELASTICCTR_MLFLOW_FLUSH_SECONDS, 120) for them, then give up with a warning."""
         if self._worker is not None:
             if timeout is None:
                 timeout = float(

@@ -124,38 +124,38 @@ spec:
           value: {{ $v.pserver.port | quote }}
         - name: FLAGS_enable_pir_api
           value: "0"
-        - name: ECTL_TRAIN_STAGING
+        - name: ELASTICCTR_TRAIN_STAGING
           value: /var/lib/elasticctr/staging
         # Elastic mode (docs/coordinator.md): no gloo barriers; trainers lease data tasks from
         # the coordinator task (VC_COORDINATOR_HOSTS) and share one checkpoint folder.
-        - name: ECTL_TRAIN_ELASTIC
+        - name: ELASTICCTR_TRAIN_ELASTIC
           value: "1"
         {{- end }}
         {{- if eq .role "coordinator" }}
         # The trainer task's bounds for /metrics (scale.yaml: updated in place on scaling).
-        - name: ECTL_COORDINATOR_TRAINERS_FILE
+        - name: ELASTICCTR_COORDINATOR_TRAINERS_FILE
           value: /etc/elasticctr-scale/trainers.json
         {{- if $v.coordinator.yieldToKubeScheduler.enabled }}
         # Give trainers up to kube-scheduler's preemptors (elasticctr.coordinator.yielding).
-        - name: ECTL_COORDINATOR_YIELD_JOB
+        - name: ELASTICCTR_COORDINATOR_YIELD_JOB
           valueFrom: {fieldRef: {fieldPath: "metadata.labels['volcano.sh/job-name']"}}
-        - name: ECTL_COORDINATOR_YIELD_HOLD_SECONDS
+        - name: ELASTICCTR_COORDINATOR_YIELD_HOLD_SECONDS
           value: {{ $v.coordinator.yieldToKubeScheduler.holdSeconds | quote }}
         {{- end }}
         {{- end }}
         {{- if eq .role "trainer" }}
-        - name: ECTL_COORDINATOR_PORT
+        - name: ELASTICCTR_COORDINATOR_PORT
           value: {{ $v.coordinator.port | quote }}
-        - name: ECTL_TRAIN_CHECKPOINT
+        - name: ELASTICCTR_TRAIN_CHECKPOINT
           value: /var/lib/elasticctr/staging/checkpoint
         {{- end }}
         - name: MLFLOW_TRACKING_URI
           value: {{ include "trainer.trackingUri" $ctx | quote }}
         {{- with include "trainer.scenario" $ctx }}
         # The scenario's own MLflow experiment and registered model (elasticctr.scenarios).
-        - name: ECTL_MLFLOW_EXPERIMENT
+        - name: ELASTICCTR_MLFLOW_EXPERIMENT
           value: {{ printf "elasticctr-%s" . | quote }}
-        - name: ECTL_MLFLOW_REGISTERED_MODEL
+        - name: ELASTICCTR_MLFLOW_REGISTERED_MODEL
           value: {{ printf "elasticctr-%s" . | quote }}
         {{- end }}
         {{- with include "elasticctr.storeEnv" $ctx }}{{ . | nindent 8 }}{{ end }}

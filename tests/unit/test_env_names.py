@@ -1,0 +1,103 @@
+"""One prefix and one home for ElasticCTR's environment variables (issue 27).
+
+Every ELASTICCTR_* name the package and the chart use is a constant of
+elasticctr.constants (ENV_NAMES); the names of ElasticCTR 0.1 (ECTL_*) are still read by
+`ectl`, with a warning, and appear nowhere else."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from elasticctr import constants as C
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = re.compile(r"(?<![A-Za-z0-9_])(?:ELASTICCTR|ECTL)_[A-Z0-9_]*[A-Z0-9]")
+
+
+def names_in(paths) -> dict[str, list[str]]:
+    """name -> files using it."""
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        for name in set(NAME.findall(path.read_text(errors="replace"))):
+            out.setdefault(name, []).append(str(path.relative_to(REPO)))
+    return out
+
+
+def files(root: str, *globs: str) -> list[Path]:
+    return sorted(p for g in globs for p in (REPO / root).rglob(g) if p.is_file())
+
+
+PACKAGE = [p for p in files("tools/elasticctr", "*.py") if p.name != "constants.py"]
+CHART = files("charts", "*.yaml", "*.tpl", "*.txt", "*.json")
+# Harness, tests and benches read a few names of their own (a registry, a cache, the
+# shared folder); they share the prefix but are not the product's contract.
+DEV = files("scripts", "*.py", "*.sh") + files("tests", "*.py", "*.config") + files("bench", "*.py")
+DEV = [p for p in DEV if p != Path(__file__).resolve()]
+DEV += [REPO / "Makefile", REPO / ".ci" / "run", REPO / "images" / "Dockerfile"]
+
+
+def test_every_name_the_package_and_chart_use_is_defined_once_in_constants():
+    used = names_in(PACKAGE + CHART)
+    unknown = {n: where for n, where in used.items() if n not in C.ENV_NAMES}
+    assert not unknown, f"define these in elasticctr/constants.py (ENV_*): {unknown}"
+    # ...and each is defined by exactly one constant of that module
+    source = (REPO / "tools/elasticctr/constants.py").read_text()
+    twice = [n for n in C.ENV_NAMES if len(re.findall(rf'= "{n}"', source)) != 1]
+    assert not twice
+
+
+def test_no_legacy_prefix_outside_the_adoption():
+    legacy = {n: w for n, w in names_in(PACKAGE + CHART + DEV).items() if n.startswith("ECTL_")}
+    assert not legacy, f"ECTL_* is read only through constants.adopt_legacy_env: {legacy}"
+
+
+def test_names_in_docs_exist():
+    pages = [REPO / "README.md", *files("docs", "*.md"), *files("bench", "*.md")]
+    known = C.ENV_NAMES | set(names_in(DEV))
+
+    def exists(name: str) -> bool:
+        if name.startswith("ECTL_X_"):  # experiments of docs/training.md, switches removed
+            return True
+        if name.startswith(C.LEGACY_ENV_PREFIX):  # the old name of a current one
+            name = C.ENV_PREFIX + name[len(C.LEGACY_ENV_PREFIX) :]
+        return any(k == name or k.startswith(name + "_") for k in known)  # or `NAME_*`
+
+    stale = {n: w for n, w in names_in(pages).items() if not exists(n)}
+    assert not stale, f"docs name variables nothing reads: {stale}"
+
+
+def test_adopt_legacy_env_copies_known_names_and_keeps_new_ones():
+    env = {
+        "ECTL_TRAIN_THREADS": "3",
+        "ECTL_VERBOSE": "1",
+        "ELASTICCTR_VERBOSE": "0",
+        "ECTL_NOT_OURS": "x",
+        "PATH": "/bin",
+    }
+    assert C.adopt_legacy_env(env) == ["ECTL_TRAIN_THREADS", "ECTL_VERBOSE"]
+    assert env["ELASTICCTR_TRAIN_THREADS"] == "3"
+    assert env["ELASTICCTR_VERBOSE"] == "0"  # a set new name wins
+    assert "ELASTICCTR_NOT_OURS" not in env
+
+
+def test_ectl_reads_a_legacy_name_and_warns(tmp_path):
+    """ECTL_VERBOSE=1 still gives tracebacks, and says which name to use instead."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ECTL_", "ELASTICCTR_"))}
+    env["ECTL_VERBOSE"] = "1"
+    (tmp_path / "bad.yaml").write_text("cube:\n  shards: many\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "elasticctr.cli.main", "validate", str(tmp_path / "bad.yaml")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "ECTL_VERBOSE is deprecated: set ELASTICCTR_VERBOSE" in err
+    assert "Traceback" in proc.stderr
