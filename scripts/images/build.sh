@@ -6,7 +6,8 @@
 #   2. the wheelhouse: every wheel the images install, resolved by uv within constraints.txt
 #      and downloaded by pip for CPython 3.11 manylinux x86_64, cached in
 #      $CACHE/wheelhouse-<hash of the layer lists, constraints.txt and the target platform>
-#   3. the project wheel (pip wheel, offline from the wheelhouse), cached by a hash of tools/
+#   3. the project wheel (uv build, offline from the wheelhouse; it carries the chart),
+#      cached by a hash of tools/ and charts/elasticctr
 #   4. `docker build --target <image>` of images/Dockerfile with BuildKit, tagged
 #      <global.image.repository>/elasticctr-<image>:<chart appVersion>
 #   5. a CycloneDX SBOM per image: $CACHE/sbom/elasticctr-<image>-<tag>.cdx.json, remade
@@ -87,8 +88,9 @@ for layer in "${LAYERS[@]}"; do
 done
 
 # --- 3. the project wheel ----------------------------------------------------------------
-SRC_KEY=$( { cat pyproject.toml README.md; find tools -type f -not -path '*/__pycache__/*' \
-  -not -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+# The wheel carries the chart too (setup.py), so a chart change makes a new wheel.
+SRC_KEY=$( { cat pyproject.toml setup.py MANIFEST.in README.md
+  find tools charts/elasticctr -type f -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 PROJ="$CACHE/project-$SRC_KEY"
 if ! ls "$PROJ"/elasticctr-*.whl >/dev/null 2>&1; then
   tmp=$(mktemp -d "$CACHE/.project.XXXXXX")

@@ -22,7 +22,7 @@ ENV_VERBOSE = "ELASTICCTR_VERBOSE"
 """Set to 1 to print tracebacks for errors (same as --verbose)."""
 
 ENV_CHART_DIR = "ELASTICCTR_CHART_DIR"
-"""Where the umbrella chart lives; defaults to charts/elasticctr beside the package source."""
+"""Where the umbrella chart lives; default: the chart packaged with ectl (chart_dir())."""
 
 ENV_HOME = "ELASTICCTR_HOME"
 """Working folder of local mode (logs, data, model store); default ./.elasticctr."""
@@ -85,10 +85,15 @@ def repo_root() -> Path:
 
 
 def chart_dir() -> Path:
-    """The umbrella chart: $ELASTICCTR_CHART_DIR, else charts/elasticctr of the checkout."""
+    """The umbrella chart: $ELASTICCTR_CHART_DIR, else the chart of this package's own
+    version (the wheel carries it as elasticctr/chart, setup.py), else charts/elasticctr
+    of the checkout the package runs from (an editable install)."""
     override = os.environ.get(ENV_CHART_DIR)
     if override:
         return Path(override)
+    packaged = Path(__file__).resolve().parent / "chart"
+    if (packaged / "Chart.yaml").is_file():
+        return packaged
     return repo_root() / "charts" / "elasticctr"
 
 

@@ -24,7 +24,7 @@ import yaml
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
-from elasticctr.constants import chart_dir
+from elasticctr.constants import ENV_CHART_DIR, chart_dir
 from elasticctr.errors import EctlError, ValidationError
 from elasticctr.versions import parse_date_hour
 from elasticctr.zoo import COMMON_DEFAULTS, DEFAULTS
@@ -122,7 +122,7 @@ def load_chart(chart: Path | None = None) -> Umbrella:
     """The umbrella chart at `chart` (default: constants.chart_dir()) and its local subcharts."""
     root = Path(chart) if chart is not None else chart_dir()
     if not (root / "Chart.yaml").is_file():
-        raise EctlError(f"no chart at {root}", hint="set ELASTICCTR_CHART_DIR to charts/elasticctr")
+        raise EctlError(f"no chart at {root}", hint=f"pass --chart DIR or set {ENV_CHART_DIR}")
     umbrella = _load_chart(root)
     meta = read_yaml_mapping(root / "Chart.yaml", "Chart.yaml")
     subcharts = []

@@ -51,7 +51,7 @@ CHART_OPTION = typer.Option(
     "--chart",
     help=f"Chart directory, or a published chart oci://HOST[:PORT]/PATH/elasticctr[:VERSION] "
     f"(pulled with helm; plain HTTP for a loopback registry) "
-    f"(default: ${ENV_CHART_DIR} or charts/elasticctr).",
+    f"(default: ${ENV_CHART_DIR}, else the chart packaged with this ectl).",
 )
 TIMEOUT_OPTION = typer.Option(
     "10m",
