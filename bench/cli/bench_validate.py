@@ -5,7 +5,11 @@ checks the same schemas plus the cross-field rules without rendering. Printed si
 side: median wall time of the console commands (process start included, what a user
 waits for) and of the in-process check (what `ectl install` adds before calling helm).
 
-    .venv/bin/python bench/cli/bench_validate.py [--repeat 5] [values/demo.yaml ...]
+    .venv/bin/python bench/cli/bench_validate.py [--repeat 5] [--ectl PATH] [values/demo.yaml ...]
+
+`--ectl` times another installed `ectl` console script, e.g. one in a venv of the wheel
+with only the `kube` extra, as users install it (docs/cli.md, Measured); the default is
+this interpreter's `python -m elasticctr.cli.main`.
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--ectl", help="the ectl to time (default: this interpreter's)")
     args = parser.parse_args()
     files = args.files or sorted((REPO / "values").glob("*.yaml"))
     helm = shutil.which("helm") or str(REPO / ".tools" / "bin" / "helm")
-    ectl = [sys.executable, "-m", "elasticctr.cli.main"]
+    ectl = [args.ectl] if args.ectl else [sys.executable, "-m", "elasticctr.cli.main"]
     print(
         f"{'values file':<22}{'ectl validate':>15}{'helm template':>15}{'ratio':>8}"
         f"{'in-process':>13}{'helm lint':>12}{'ratio':>8}"
@@ -72,6 +77,12 @@ def main() -> None:
     print(
         f"{'startup (--version)':<22}{start_e * 1000:>13.0f}ms{start_h * 1000:>13.0f}ms"
         f"{start_e / start_h:>8.2f}"
+    )
+    start_help = wall([*ectl, "--help"], args.repeat)
+    help_h = wall([helm, "--help"], args.repeat)
+    print(
+        f"{'--help':<22}{start_help * 1000:>13.0f}ms{help_h * 1000:>13.0f}ms"
+        f"{start_help / help_h:>8.2f}"
     )
     print("ratio = ectl / helm (lower is faster); ectl also applies the cross-field rules")
 

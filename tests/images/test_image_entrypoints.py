@@ -47,7 +47,7 @@ DIST = {"yaml": "pyyaml", "paddle": "paddlepaddle", "hdfs_native": "hdfs-native"
 def _verb_modules() -> list[str]:
     from elasticctr.cli import main
 
-    return main._VERB_MODULES
+    return sorted(set(main.VERB_MODULE.values()))
 
 
 def _reached(image: str):

@@ -31,3 +31,37 @@ def test_one_completion_path(ectl_here):
     done = ectl_here("--help")
     assert "--install-completion" not in done.stdout and "--show-completion" not in done.stdout
     assert ectl_here("completion", "bash").returncode == 0
+
+
+def test_verb_module_names_what_each_module_registers():
+    """VERB_MODULE (what `ectl VERB` imports) says exactly which module adds each verb."""
+    import importlib
+
+    import typer
+
+    owner = {}
+    for module in sorted(set(main.VERB_MODULE.values())):
+        alone = typer.Typer()
+        importlib.import_module(f"elasticctr.cli.{module}").register(alone)
+        for info in alone.registered_commands + alone.registered_groups:
+            assert info.name not in owner, f"{info.name}: {owner.get(info.name)} and {module}"
+            owner[info.name] = module
+    assert owner == main.VERB_MODULE
+
+
+def test_a_verb_imports_only_its_own_module():
+    """`ectl validate` registers validate alone, so it does not import kubernetes clients,
+    helm bindings or training code (the reason it starts fast)."""
+    code = (
+        "import sys; sys.argv = ['ectl', 'validate', '--help']\n"
+        "from elasticctr.cli import main\n"
+        "try:\n    main.run()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('kubernetes', 'pyhelm3', 'paddle', 'elasticctr.cli.release',"
+        " 'elasticctr.cli.train', 'elasticctr.httpd') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in done.stdout, done.stdout + done.stderr

@@ -68,12 +68,17 @@ def main(
         os.environ[ENV_VERBOSE] = "1"
 
 
-def _register() -> None:
-    """Attach each verb group; each module defines `register(app)`. Then put every verb
-    in its panel of `ectl --help` (HELP_PANELS)."""
+def _register(verb: str | None = None) -> None:
+    """Attach the verb groups; each module defines `register(app)`. With `verb`, only the
+    module that owns it (VERB_MODULE): `ectl validate` imports what validate needs, not
+    kubernetes clients and training code (docs/cli.md, Measured). Without, every module,
+    each verb in its panel of `ectl --help` (HELP_PANELS)."""
     import importlib
 
-    for name in _VERB_MODULES:
+    modules = (
+        [VERB_MODULE[verb]] if verb in VERB_MODULE else list(dict.fromkeys(VERB_MODULE.values()))
+    )
+    for name in modules:
         importlib.import_module(f"elasticctr.cli.{name}").register(app)
     panel = {verb: title for title, verbs in HELP_PANELS.items() for verb in verbs}
     for infos in (app.registered_commands, app.registered_groups):
@@ -82,6 +87,18 @@ def _register() -> None:
             raise RuntimeError(f"verbs without a help panel: {missing}")
         for info in infos:
             info.rich_help_panel = panel[info.name]
+
+
+def _verb_of(argv: list[str]) -> str | None:
+    """The verb a command line runs (the first word after the root options), or None for
+    `ectl --help`, `ectl --version`, shell completion and anything unknown."""
+    if os.environ.get("_ECTL_COMPLETE"):
+        return None
+    for word in argv:
+        if word in ("-v", "--verbose"):
+            continue
+        return word if word in VERB_MODULE else None
+    return None
 
 
 HELP_PANELS: dict[str, tuple[str, ...]] = {
@@ -105,24 +122,33 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
 """`ectl --help` groups: operator verbs first, the components' entry points last."""
 
 
-# Verb-group modules under elasticctr/cli/, each with a `register(app)` function.
-_VERB_MODULES: list[str] = [
-    "train",
-    "fileserver",
-    "local",
-    "data",
-    "coordinator",
-    "cube",
-    "release",
-    "scenario",
-    "status",
-    "doctor",
-    "completion",
-    "serve",
-    "forward",
-    "init",
-    "validate",
-]
+VERB_MODULE: dict[str, str] = {
+    "quickstart": "local",
+    "local": "local",
+    "init": "init",
+    "validate": "validate",
+    "doctor": "doctor",
+    "completion": "completion",
+    "install": "release",
+    "upgrade": "release",
+    "template": "release",
+    "history": "release",
+    "rollback": "release",
+    "uninstall": "release",
+    "status": "status",
+    "logs": "status",
+    "predict": "serve",
+    "serve": "serve",
+    "port-forward": "forward",
+    "scenario": "scenario",
+    "train": "train",
+    "data": "data",
+    "cube": "cube",
+    "coordinator": "coordinator",
+    "fileserver": "fileserver",
+}
+"""Each root verb and the module under elasticctr/cli/ whose `register(app)` adds it
+(tests/unit/test_cli_help.py checks it against what the modules register)."""
 
 
 def _maybe_traceback() -> None:
@@ -141,7 +167,7 @@ def run() -> None:
             " until ElasticCTR 0.3)",
             highlight=False,
         )
-    _register()
+    _register(_verb_of(sys.argv[1:]))
     try:
         # Without standalone mode click returns (not raises) the code of typer.Exit(n).
         code = app(standalone_mode=False)

@@ -33,7 +33,6 @@ from elasticctr.cli._common import (
 )
 from elasticctr.constants import DONEFILE
 from elasticctr.errors import EctlError
-from elasticctr.httpd import error_message
 from elasticctr.versions import VERSIONS_DIR, is_version_id
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -219,6 +218,8 @@ def _stored_progress(core, namespace: str, pods, fileserver, values: Any) -> dic
         except ApiException as exc:
             if exc.status == 404:
                 return {"unavailable": "no running coordinator pod, and no stored progress"}
+            from elasticctr.httpd import error_message  # the HTTP servers' module: lazily
+
             body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
             detail = error_message(body) if body else exc.reason
             return {"unavailable": f"stored coordinator progress: {detail}"}
