@@ -1,5 +1,7 @@
 """The chart on the one-node cluster, run the way a user runs it, through `ectl` and `helm`,
-with its data and model store on HDFS, where ElasticCTR's users keep them.
+with its data and model store on HDFS, where ElasticCTR's users keep them. The install,
+the first hours of data, the status and the first prediction are the steps of
+docs/install.md, run as written (tests/e2e/guide.py).
 
 A real HDFS (MiniDFSCluster with permissions on, on the node IP: `cluster_hdfs`) holds
 `/ctr`, owned by the HDFS user `ctr`. ElasticCTR's own `data.config` (HDFS_ADDRESS, HDFS_UGI
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import REPO
-from tests.e2e import releases
+from tests.e2e import guide, releases
 from tests.e2e.conftest import wait_until
 
 from elasticctr.cli.status import component_name
@@ -92,12 +94,12 @@ def hdfs(cluster_hdfs):
 
 
 @pytest.fixture(scope="module")
-def release(kube_cluster, chart_ref, hdfs, tmp_path_factory):
+def release(kube_cluster, chart_ref, published, hdfs, tmp_path_factory):
     """The installed release; uninstalled at the end if a test left it. Its values are the
-    demo values plus what `ectl init` makes of ElasticCTR's data.config and slot.conf."""
-    tmp = tmp_path_factory.mktemp("release")
-    data_config = tmp / "data.config"
-    data_config.write_text(
+    demo values plus what `ectl init` makes of ElasticCTR's data.config and slot.conf (the
+    guide's `init` step)."""
+    work = guide.workdir(tmp_path_factory.mktemp("release"))
+    (work / "data.config").write_text(
         "# ElasticCTR data.config of the test HDFS\n"
         f'export HDFS_ADDRESS="{hdfs.url}"\n'
         f'export HDFS_UGI="{HDFS_UGI}"\n'
@@ -106,20 +108,34 @@ def release(kube_cluster, chart_ref, hdfs, tmp_path_factory):
         f'export DATASET_PATH="{DATA_DIR}"\n'
         'export SPARSE_DIM="1000001"\n'
     )
-    values = tmp / "ctr.yaml"
-    ectl(
-        kube_cluster,
-        "init", "-f", str(data_config), "-s", str(REPO / "tests/fixtures/elasticctr/slot.conf"),
-        "--model-store", f"hdfs://{MODELS_DIR}", "-O", str(values), "--no-interactive",
-    )  # fmt: skip
+    (work / "slot.conf").write_text((REPO / "tests/fixtures/elasticctr/slot.conf").read_text())
     state: dict = {
         "chart": chart_ref,
         "t0": time.monotonic(),
-        "values": ["-f", str(REPO / "values" / "demo.yaml"), "-f", str(values)],
+        "values": ["-f", str(REPO / "values" / "demo.yaml"), "-f", str(work / "ctr.yaml")],
         "hdfs": hdfs,
+        "work": work,
+        # the guide's shell variables, for this cluster
+        "guide": {
+            "REGISTRY": published["registry"],
+            "CHART": chart_ref,
+            "RELEASE": RELEASE,
+            "NS": NS,
+            "HDFS": hdfs.url,
+            "HDFS_UGI": HDFS_UGI,
+        },  # fmt: skip
     }
+    run_step(kube_cluster, state, "init", timeout=300)
     yield state
     ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", check=False, timeout=300)
+
+
+def run_step(kube_cluster, release: dict, step: str, timeout: float = 900):
+    """One step of docs/install.md on this cluster (tests/e2e/guide.py)."""
+    return guide.run(
+        step, release["work"], _env(kube_cluster), release["guide"], timeout=timeout,
+        diagnostics=lambda: kube_cluster.diagnostics(NS),
+    )  # fmt: skip
 
 
 def status(kube_cluster) -> dict:
@@ -193,13 +209,9 @@ def exported(kube_cluster) -> set[str]:
 
 
 def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
+    run_step(kube_cluster, release, "doctor", timeout=300)
     t0 = time.monotonic()
-    ectl(
-        kube_cluster,
-        "install", "--chart", release["chart"], *release["values"],
-        "-R", RELEASE, "-n", NS, "--create-namespace", "--wait", "--timeout", "10m",
-        timeout=900,
-    )  # fmt: skip
+    run_step(kube_cluster, release, "install")
     release["install_s"] = round(time.monotonic() - t0, 1)
     s = status(kube_cluster)
     assert s["release"]["status"] == "deployed", s["release"]
@@ -212,7 +224,13 @@ def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
 
 def test_hours_are_trained_published_committed_and_served(kube_cluster, release, tmp_path):
     t0 = time.monotonic()
-    upload_hours(release, FIRST[0], len(FIRST))
+    # The guide's data step writes exactly FIRST, as upload_hours would (same generator
+    # options and seed), so local_copy still has the same bytes.
+    data = guide.steps()["data"]
+    assert (
+        f"--start {FIRST[0]} --hours {len(FIRST)} --lines {LINES} --files 2 --seed {SEED}" in data
+    )
+    run_step(kube_cluster, release, "data", timeout=600)
     wait_until(
         f"hours {FIRST} exported", lambda: set(FIRST) <= exported(kube_cluster), 900,
         kube_cluster, NS,
@@ -237,7 +255,8 @@ def test_hours_are_trained_published_committed_and_served(kube_cluster, release,
     assert s["release"]["status"] == "deployed"
     assert set(FIRST) <= {p["partition"] for p in s["coordinator"]["partitions"]}
     assert s["coordinator"]["samples"] > 0
-    table = ectl(kube_cluster, "status", "-R", RELEASE, "-n", NS, env={"COLUMNS": "200"}).stdout
+    table = run_step(kube_cluster, {**release, "guide": {**release["guide"], "COLUMNS": "200"}},
+                     "status", timeout=120).stdout  # fmt: skip
     assert f"model version {FIRST[-1]}" in table and "newest model version" in table, table
 
     # The pods wrote the versions to HDFS as the release's HDFS user (its HDFS_UGI reached
@@ -278,6 +297,12 @@ def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
     ours = [float(x) for x in deployed.stdout.split()]
     assert len(ours) == len(theirs) == 300
     assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) <= 2e-6
+
+    # The guide's first prediction: its own 300 lines, through the same port-forward.
+    proc = run_step(kube_cluster, release, "predict", timeout=300)
+    probabilities = [float(x) for x in proc.stdout.split()]
+    assert len(probabilities) == 300 and all(0 < p < 1 for p in probabilities)
+    assert f"version={version}" in proc.stderr, proc.stderr
 
 
 def test_mlflow_has_the_run_the_versions_and_the_serving_alias(kube_cluster, release):
