@@ -101,3 +101,21 @@ def test_ectl_reads_a_legacy_name_and_warns(tmp_path):
     err = " ".join(proc.stderr.split())
     assert "ECTL_VERBOSE is deprecated: set ELASTICCTR_VERBOSE" in err
     assert "Traceback" in proc.stderr
+
+
+# --- other contracts with one home (issue 27 item 5) -------------------------------------
+
+
+def test_the_version_id_format_and_file_digest_are_defined_once():
+    """`YYYYMMDD/HH` is parsed and printed by elasticctr.versions only, and files are
+    hashed by versions.sha256_file only: a second copy fails here."""
+    home = REPO / "tools/elasticctr/versions.py"
+    copies = []
+    for path in [*PACKAGE, *files("tools/elasticctr", "*.c")]:
+        if path == home:
+            continue
+        text = path.read_text()
+        for pattern in ("%Y%m%d/%H", '"%Y%m%d"', "def sha256_file", r"\d{8}/\d{2}"):
+            if pattern in text:
+                copies.append(f"{path.relative_to(REPO)}: {pattern}")
+    assert not copies, f"use elasticctr.versions instead: {copies}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 
 from elasticctr.constants import ENV_CHART_DIR, chart_dir
 from elasticctr.errors import EctlError, ValidationError
-from elasticctr.versions import parse_date_hour
+from elasticctr.versions import has_date_hour_shape, parse_date_hour
 from elasticctr.zoo import COMMON_DEFAULTS, DEFAULTS
 
 Values = dict[str, Any]
@@ -589,7 +588,7 @@ def semantic_problems(values: Values) -> list[str]:
     data = _dig(values, "global.data", {})
     for key in ("startDateHour", "endDateHour"):
         value = data.get(key) if isinstance(data, dict) else None
-        if not isinstance(value, str) or not re.fullmatch(r"\d{8}/\d{2}", value):
+        if not has_date_hour_shape(value):
             continue
         try:
             parse_date_hour(value)

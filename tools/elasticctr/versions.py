@@ -76,6 +76,11 @@ def format_date_hour(when: dt.datetime) -> str:
     return when.strftime("%Y%m%d/%H")
 
 
+def has_date_hour_shape(text: object) -> bool:
+    """Whether `text` has the shape ``NNNNNNNN/NN`` (a real hour or not: parse_date_hour)."""
+    return isinstance(text, str) and _DATE_HOUR.match(text) is not None
+
+
 def is_version_id(text: object) -> bool:
     """Whether `text` is exactly a valid ``YYYYMMDD/HH`` (no surrounding blanks)."""
     if not isinstance(text, str) or text != text.strip():

@@ -205,17 +205,6 @@ def write_shard(
     return digest.hexdigest(), size
 
 
-def sha256_file(path: Path, chunk: int = 4 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class ShardFile:
     """A shard opened by mmap; `lookup` answers a batch of keys with rows (zeros if absent)."""
 

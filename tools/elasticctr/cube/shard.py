@@ -22,9 +22,9 @@ from typing import Any
 
 from elasticctr import scenarios
 from elasticctr.cube.builder import read_cube_manifest, version_dir
-from elasticctr.cube.format import ShardFile, sha256_file
+from elasticctr.cube.format import ShardFile
 from elasticctr.errors import EctlError
-from elasticctr.versions import check_version_id
+from elasticctr.versions import check_version_id, sha256_file
 
 log = logging.getLogger("elasticctr.cube.shard")
 

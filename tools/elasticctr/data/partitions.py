@@ -46,7 +46,7 @@ def _as_hour(value: str | dt.datetime) -> dt.datetime:
 
 def partition_url(root: str, hour: str | dt.datetime) -> str:
     when = _as_hour(hour)
-    return storage.join(root, when.strftime("%Y%m%d"), when.strftime("%H"))
+    return storage.join(root, format_date_hour(when))
 
 
 def partition(root: str, hour: str | dt.datetime) -> Partition:
@@ -86,7 +86,7 @@ def list_partitions(
         if not is_dir or len(day) != 8 or not day.isdigit():
             continue
         try:
-            day_start = dt.datetime.strptime(day, "%Y%m%d")
+            day_start = parse_date_hour(f"{day}/00")
         except ValueError:
             continue
         if (lo and day_start + dt.timedelta(hours=23) < lo) or (hi and day_start > hi):

@@ -347,8 +347,8 @@ class Partition:
 def _next_hour(version_id: str, hours: int) -> str:
     import datetime as dt
 
-    t = dt.datetime.strptime(version_id, "%Y%m%d/%H") + dt.timedelta(hours=hours)
-    return t.strftime("%Y%m%d/%H")
+    t = versions.parse_date_hour(version_id) + dt.timedelta(hours=hours)
+    return versions.format_date_hour(t)
 
 
 def plan_partitions(cfg: TrainConfig, synthetic: SyntheticPlan | None) -> Iterator[Partition]:
