@@ -18,10 +18,11 @@ from typing import Any
 import typer
 import yaml
 
+from elasticctr import zoo
 from elasticctr.cli._common import console
 from elasticctr.errors import EctlError, ValidationError
 
-MODELS = ("dnn", "lr", "wide_deep", "deepfm", "dcn", "xdeepfm")
+MODELS = tuple(zoo.DEFAULTS)  # the zoo is the one list of model names
 """The model zoo names of the trainer chart (`trainer.model.name`)."""
 
 
@@ -199,7 +200,7 @@ def _ask(values: dict[str, Any]) -> dict[str, Any]:
             except ValueError as exc:
                 raise ValidationError(f"first hour: {exc}") from exc
             answers = merge_values(answers, {"global": {"data": {"startDateHour": start}}})
-    model = typer.prompt(f"Model ({', '.join(MODELS)})", default="dnn")
+    model = typer.prompt(f"Model ({', '.join(MODELS)})", default=zoo.DEFAULT_MODEL)
     trainers = typer.prompt("Trainers (-t)", default=2, type=int)
     pservers = typer.prompt("Parameter servers (-p)", default=2, type=int)
     shards = typer.prompt("Cube shards (-b)", default=2, type=int)
