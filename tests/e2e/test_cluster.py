@@ -244,6 +244,7 @@ def test_default_storage_class_provisions_a_local_volume(kube_cluster, ns):
         api.close()
 
 
+@pytest.mark.slow
 def test_volcano_job_runs_with_gang_svc_and_env_plugins(kube_cluster, ns):
     """A Volcano Job (ps x1, worker x2) through the admission webhook: the svc plugin's host
     names resolve through cluster DNS, workers fetch from the ps, the job completes."""

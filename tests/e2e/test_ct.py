@@ -147,6 +147,7 @@ def ct_namespace(kube_cluster, cluster_hdfs):
     api.delete_namespace(NS)
 
 
+@pytest.mark.slow
 def test_ct_install_and_upgrade_with_every_ci_values_set(
     kube_cluster, published, ct_namespace, cluster_hdfs, tmp_path
 ):

@@ -250,6 +250,7 @@ def test_bad_scenarios_are_refused_and_install_nothing(kube_cluster, platform):
     assert installed(kube_cluster) == {PLATFORM}
 
 
+@pytest.mark.slow
 def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant(
     kube_cluster, platform, tmp_path
 ):

@@ -433,6 +433,7 @@ def expected(runs) -> int:
     return runs["expected"]
 
 
+@pytest.mark.slow
 def test_undisturbed_job_counts_every_sample_once(
     kube_cluster, published, sizing, runs, tmp_path, cluster_s3
 ):
@@ -445,6 +446,7 @@ def test_undisturbed_job_counts_every_sample_once(
     assert calm["retry_count"] == 0, calm
 
 
+@pytest.mark.slow
 def test_trainers_preempted_to_the_minimum_and_back_train_the_same_model(
     kube_cluster, published, sizing, runs, tmp_path, cluster_s3
 ):

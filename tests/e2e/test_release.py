@@ -208,6 +208,7 @@ def exported(kube_cluster) -> set[str]:
     return {p["partition"] for p in coordinator.get("partitions", []) if p.get("exported")}
 
 
+@pytest.mark.slow
 def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
     run_step(kube_cluster, release, "doctor", timeout=300)
     t0 = time.monotonic()
@@ -222,6 +223,7 @@ def test_install_waits_for_every_part_without_a_model(kube_cluster, release):
     print(f"\ninstall --wait: {release['install_s']} s")
 
 
+@pytest.mark.slow
 def test_hours_are_trained_published_committed_and_served(kube_cluster, release, tmp_path):
     t0 = time.monotonic()
     # The guide's data step writes exactly FIRST, as upload_hours would (same generator
@@ -332,6 +334,7 @@ def test_mlflow_has_the_run_the_versions_and_the_serving_alias(kube_cluster, rel
     assert any(name.startswith("train-") for name in got["runs"]), got
 
 
+@pytest.mark.slow
 def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone(
     kube_cluster, release, tmp_path
 ):
@@ -414,6 +417,7 @@ def coordinator_progress(kube_cluster, pod) -> dict:
     return got
 
 
+@pytest.mark.slow
 def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, release, tmp_path):
     """The pserver holds the only copy of its shard of the parameters, so losing its pod
     restarts the whole job (the chart's pserver policy: PodEvicted/PodFailed → RestartJob;
@@ -553,6 +557,7 @@ def test_rollback_restores_the_previous_revision(kube_cluster, release):
     assert (json.loads(proc.stdout).get("trainer") or {}).get("trainer", {}).get("replicas") != 3
 
 
+@pytest.mark.slow
 def test_uninstall_leaves_no_pod(kube_cluster, release):
     ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", "--wait", timeout=600)
     wait_until("no pod left", lambda: not pods(kube_cluster), 300, kube_cluster, NS)

@@ -262,6 +262,7 @@ def postgres(tmp_path):
         shutil.rmtree(data, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_mlflow_image_keeps_runs_in_postgresql(docker, images, postgres):
     """The production preset's backend store: the elasticctr-mlflow container runs `mlflow
     server` on a PostgreSQL URI (the form the chart documents), creates its schema there and

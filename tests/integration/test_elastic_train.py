@@ -213,6 +213,7 @@ def _freeze_holding_a_lease(job, name: str) -> list[str]:
     raise AssertionError(f"{name} never caught holding a lease")
 
 
+@pytest.mark.slow
 def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> None:
     def act(job):
         _wait_for(lambda: _done_count(job) >= 3, 90, "first tasks")
@@ -236,6 +237,7 @@ def test_sigkill_trainer_mid_task_retries_only_its_task(dataset, baseline) -> No
     _same_quality(manifest["metrics"], baseline)
 
 
+@pytest.mark.slow
 def test_a_crashed_trainer_restarts_in_place_and_its_task_is_requeued_at_once(
     dataset, baseline
 ) -> None:
@@ -448,6 +450,7 @@ def _trainer_logs(job) -> str:
 
 
 @pytest.mark.parametrize("where", ["fileserver", "hdfs"])
+@pytest.mark.slow
 def test_native_readers_stream_a_stored_hour_every_sample_once(
     dataset, baseline, where, request, monkeypatch
 ) -> None:
@@ -474,6 +477,7 @@ def _leased_range(job, task_id: str) -> tuple[str, int, int]:
     raise AssertionError(f"no trainer log says it leased {task_id}")
 
 
+@pytest.mark.slow
 def test_a_file_over_the_malformed_bound_fails_its_task_with_the_reason(
     dataset, monkeypatch
 ) -> None:
@@ -511,6 +515,7 @@ def test_a_file_over_the_malformed_bound_fails_its_task_with_the_reason(
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
 
 
+@pytest.mark.slow
 def test_a_stored_file_truncated_while_read_fails_its_task_and_it_is_retried(
     dataset, served, request, monkeypatch
 ) -> None:
@@ -553,6 +558,7 @@ def test_a_stored_file_truncated_while_read_fails_its_task_and_it_is_retried(
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
 
 
+@pytest.mark.slow
 def test_a_fileserver_gone_mid_task_is_waited_for(dataset, monkeypatch) -> None:
     """The fileserver killed while the readers stream ranges and started again 3 s later:
     the streams retry from the byte they reached, the tasks complete, nothing is retried
@@ -585,6 +591,7 @@ def test_a_fileserver_gone_mid_task_is_waited_for(dataset, monkeypatch) -> None:
     assert manifest["metrics"]["eval_samples"] == dataset["heldout"]
 
 
+@pytest.mark.slow
 def test_trainer_added_mid_run_receives_tasks(dataset, baseline) -> None:
     def tasks_of_newcomer(job) -> int:
         return job.client().progress()["trainers"].get("1", {}).get("tasks", 0)
@@ -610,6 +617,7 @@ def test_trainer_added_mid_run_receives_tasks(dataset, baseline) -> None:
     _same_quality(manifest["metrics"], baseline)
 
 
+@pytest.mark.slow
 def test_sigkill_coordinator_resumes_with_live_trainers(dataset, baseline) -> None:
     def act(job):
         _wait_for(lambda: _done_count(job) >= 5, 90, "first tasks")
@@ -625,6 +633,7 @@ def test_sigkill_coordinator_resumes_with_live_trainers(dataset, baseline) -> No
     _same_quality(manifest["metrics"], baseline)
 
 
+@pytest.mark.slow
 def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset, baseline_two_hours) -> None:
     first_tasks = {}
 
@@ -669,6 +678,7 @@ def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset, baseline_
     assert final["checkpoint"] == SECOND
 
 
+@pytest.mark.slow
 def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
     dataset, tmp_path, mlflow_server
 ) -> None:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 
 
+@pytest.mark.slow
 def test_train_local_on_generated_hours(tmp_path: Path) -> None:
     data = tmp_path / "data"
     subprocess.run(

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 
 
+@pytest.mark.slow
 def test_default_model_within_002_of_the_oracle_after_one_pass(tmp_path: Path) -> None:
     data = tmp_path / "data"
     subprocess.run(

@@ -29,6 +29,7 @@ def _load_sparse(version: Path) -> tuple[np.ndarray, np.ndarray]:
     return keys, values
 
 
+@pytest.mark.slow
 def test_resume_restores_pservers_and_skips_done_partitions(tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text(
