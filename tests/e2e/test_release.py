@@ -302,7 +302,8 @@ def test_deployed_predictions_equal_a_local_serve_of_the_same_version(
 
     # The guide's first prediction: its own 300 lines, through the same port-forward.
     proc = run_step(kube_cluster, release, "predict", timeout=300)
-    probabilities = [float(x) for x in proc.stdout.split()]
+    # (the generator's progress and summary come first on stdout)
+    probabilities = [float(x) for x in proc.stdout.strip().splitlines()[-300:]]
     assert len(probabilities) == 300 and all(0 < p < 1 for p in probabilities)
     assert f"version={version}" in proc.stderr, proc.stderr
 
