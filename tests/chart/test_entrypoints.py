@@ -34,8 +34,7 @@ K8S_VAR = re.compile(r"\$\(([A-Z_][A-Z0-9_]*)\)")
 def _root():
     """The CLI's click command, built once: typer rebuilds it (type hints of every
     callback) on each call, which cost seconds per resolved command line."""
-    if not cli_main.app.registered_groups and not cli_main.app.registered_commands:
-        cli_main._register()
+    cli_main._register()  # every verb (a test before may have registered one module)
     return typer.main.get_command(cli_main.app)
 
 

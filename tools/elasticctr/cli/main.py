@@ -68,6 +68,9 @@ def main(
         os.environ[ENV_VERBOSE] = "1"
 
 
+_REGISTERED: set[str] = set()
+
+
 def _register(verb: str | None = None) -> None:
     """Attach the verb groups; each module defines `register(app)`. With `verb`, only the
     module that owns it (VERB_MODULE): `ectl validate` imports what validate needs, not
@@ -79,7 +82,9 @@ def _register(verb: str | None = None) -> None:
         [VERB_MODULE[verb]] if verb in VERB_MODULE else list(dict.fromkeys(VERB_MODULE.values()))
     )
     for name in modules:
-        importlib.import_module(f"elasticctr.cli.{name}").register(app)
+        if name not in _REGISTERED:  # once per process: run() and tests may come again
+            importlib.import_module(f"elasticctr.cli.{name}").register(app)
+            _REGISTERED.add(name)
     panel = {verb: title for title, verbs in HELP_PANELS.items() for verb in verbs}
     for infos in (app.registered_commands, app.registered_groups):
         missing = [i.name for i in infos if i.name not in panel]
