@@ -277,6 +277,11 @@ ENV_NAMES = frozenset(
 the package and the docs use no other)."""
 
 
+def current_env_name(legacy: str) -> str:
+    """The ELASTICCTR_<X> name of a legacy ECTL_<X> one."""
+    return ENV_PREFIX + legacy.removeprefix(LEGACY_ENV_PREFIX)
+
+
 def adopt_legacy_env(environ: MutableMapping[str, str] | None = None) -> list[str]:
     """Copy each legacy `ECTL_<X>` whose `ELASTICCTR_<X>` is one of ENV_NAMES into that
     name (a set new name wins); the legacy names found, sorted, for the caller to warn
@@ -284,7 +289,7 @@ def adopt_legacy_env(environ: MutableMapping[str, str] | None = None) -> list[st
     env = os.environ if environ is None else environ
     found = []
     for legacy in sorted(name for name in env if name.startswith(LEGACY_ENV_PREFIX)):
-        new = ENV_PREFIX + legacy[len(LEGACY_ENV_PREFIX) :]
+        new = current_env_name(legacy)
         if new in ENV_NAMES:
             found.append(legacy)
             env.setdefault(new, env[legacy])

@@ -15,7 +15,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from elasticctr import __version__
-from elasticctr.constants import ENV_PREFIX, ENV_VERBOSE, LEGACY_ENV_PREFIX, adopt_legacy_env
+from elasticctr.constants import ENV_VERBOSE, adopt_legacy_env, current_env_name
 from elasticctr.errors import EctlError, ValidationError
 
 err_console = Console(stderr=True)
@@ -97,7 +97,9 @@ def _register(verb: str | None = None) -> None:
 def _verb_of(argv: list[str]) -> str | None:
     """The verb a command line runs (the first word after the root options), or None for
     `ectl --help`, `ectl --version`, shell completion and anything unknown."""
-    if os.environ.get("_ECTL_COMPLETE"):
+    from elasticctr.cli.completion import COMPLETE_VAR  # typer only: cheap
+
+    if os.environ.get(COMPLETE_VAR):
         return None
     for word in argv:
         if word in ("-v", "--verbose"):
@@ -166,10 +168,9 @@ def _maybe_traceback() -> None:
 def run() -> None:
     """Console-script entry: run the app, print user errors as one red line."""
     for legacy in adopt_legacy_env():
-        new = ENV_PREFIX + legacy[len(LEGACY_ENV_PREFIX) :]
         err_console.print(
-            f"[yellow]warning:[/] {legacy} is deprecated: set {new} (the old name is read"
-            " until ElasticCTR 0.3)",
+            f"[yellow]warning:[/] {legacy} is deprecated: set {current_env_name(legacy)} (the"
+            " old name is read until ElasticCTR 0.3)",
             highlight=False,
         )
     _register(_verb_of(sys.argv[1:]))
