@@ -280,7 +280,8 @@ def test_chart_rbac_is_least_privilege(cluster, second):
 def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
     """elasticctr.coordinator.yielding against the real API server, as the job's account
     (a token of the chart's ServiceAccount, the chart's Role): a trainer pod that
-    kube-scheduler marked as its victim lowers the Volcano Job's trainer count by one;
+    kube-scheduler marked as its victim, or Volcano evicted for another queue's reclaim,
+    lowers the Volcano Job's trainer count by one;
     the count comes back after the hold; a count someone else changed meanwhile is kept;
     never below the task's minAvailable; a coordinator that starts below the release's
     maximum restores it. No kubelet here: the pods are API objects, their condition is
@@ -334,7 +335,7 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
 
     victims = iter(range(100))
 
-    def preempt() -> str:
+    def preempt(by: str = "kube-scheduler") -> str:
         pod = f"{name}-trainer-victim-{next(victims)}"
         core.create_namespaced_pod(SECOND_NS, trainer_pod(pod))
         condition = {
@@ -343,6 +344,13 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
             "reason": "PreemptionByScheduler",
             "message": "default-scheduler: preempting to accommodate a higher priority pod",
         }
+        if by == "reclaim":  # as Volcano's evictor writes it for another queue
+            condition = {
+                "type": "Ready",
+                "status": "False",
+                "reason": "Evict",
+                "message": "Pod is evicted, because of reclaim",
+            }
         core.patch_namespaced_pod_status(pod, SECOND_NS, {"status": {"conditions": [condition]}})
         return pod
 
@@ -369,7 +377,7 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
         until("lowered by the victim", lambda: replicas() == most - 1, 15)
         assert yielder.yielded == 1
         until("restored after the hold", lambda: replicas() == most)
-        preempt()
+        preempt("reclaim")
         until("lowered again", lambda: replicas() == most - 1, 15)
         scale(most + 1)  # helm upgrade during the hold
         time.sleep(4.0)

@@ -60,3 +60,21 @@ def test_from_env(monkeypatch):
     env[C.ENV_COORDINATOR_YIELD_HOLD_SECONDS] = "30"
     with pytest.raises(EctlError, match="needs the Kubernetes API server and a namespace"):
         yielding.from_env(env, None)
+
+
+def evicted(message: str) -> dict:
+    return {"type": "Ready", "status": "False", "reason": "Evict", "message": message}
+
+
+def test_volcanos_reclaim_victims_count_too():
+    # the condition Volcano's evictor writes before deleting a reclaimed pod
+    reclaimed = pod(evicted("Pod is evicted, because of reclaim"))
+    assert yielding.reclaimed_by_volcano(reclaimed)
+    assert yielding.victim_of(reclaimed) == "reclaim"
+    assert yielding.victim_of(pod(VICTIM)) == "kube-scheduler"
+    # Volcano's preemption inside one queue: its preemptor binds first, nothing to yield
+    assert yielding.victim_of(pod(evicted("Pod is evicted, because of preempt"))) is None
+    # a Ready pod, a pod not ready for another reason, no conditions
+    assert yielding.victim_of(pod({"type": "Ready", "status": "True"})) is None
+    assert yielding.victim_of(pod(dict(evicted("because of reclaim"), reason="Other"))) is None
+    assert yielding.victim_of({"metadata": {"name": "x"}}) is None

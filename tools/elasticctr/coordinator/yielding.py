@@ -1,21 +1,25 @@
-"""Room for kube-scheduler's preemptors: the coordinator lowers its job's trainer count.
+"""Room for preemptors and reclaimers: the coordinator lowers its job's trainer count.
 
 Trainers borrow idle capacity at the lowest priority, so a pod of kube-scheduler (the
-default scheduler) with a higher priority preempts them. But Volcano recreates a
-preempted trainer at once and binds it into the freed room before kube-scheduler binds
-its preemptor (Volcano does not see another scheduler's nominated pod), so the tenant
-preempts again and again and may never run (docs/coordinator.md). ElasticDL's master
-answers by changing its own worker count; so does the coordinator here:
+default scheduler) with a higher priority preempts them, and Volcano's `reclaim` action
+evicts them when another team's queue takes back its guaranteed share. But Volcano's job
+controller recreates an evicted trainer at once, and the scheduler binds it into the
+freed room again: kube-scheduler's preemptor (Volcano does not see another scheduler's
+nominated pod) or the other queue's pods lose the race, are evicted for again and again,
+and may wait minutes or never run (docs/coordinator.md). ElasticDL's master answers by
+changing its own worker count; so does the coordinator here:
 
-- it watches its Volcano Job's trainer pods; kube-scheduler marks each victim with the
-  condition `DisruptionTarget` (reason `PreemptionByScheduler`) before deleting it
-  (Volcano's own preemption sets no such condition, and its preemptor binds first);
+- it watches its Volcano Job's trainer pods for victims: kube-scheduler marks each with
+  the condition `DisruptionTarget` (reason `PreemptionByScheduler`) before deleting it;
+  Volcano's reclaim sets `Ready=False` with reason `Evict` and the message "Pod is
+  evicted, because of reclaim" (Volcano's preemption inside one queue is left alone:
+  its preemptor is Volcano's own pod and binds first);
 - for each victim it lowers the Job's trainer `replicas` by one (never below the task's
   `minAvailable`): Volcano's job controller then deletes the trainer pods above that
-  count instead of re-placing them, and the preemptor binds;
+  count instead of re-placing them, and the preemptor or the reclaiming queue's pods bind;
 - `hold_seconds` after the last victim it sets `replicas` back to what it was: trainers
-  that find no room wait Pending (their class never preempts) and borrow again once the
-  tenant leaves. If someone else changed `replicas` meanwhile (`helm upgrade`), the
+  that find no room wait Pending (their class never preempts, and a queue above its
+  guaranteed share reclaims nothing) and borrow again once the room is idle. If someone else changed `replicas` meanwhile (`helm upgrade`), the
   coordinator leaves it as they set it. A coordinator that starts with fewer trainers
   than the release's maximum (ELASTICCTR_COORDINATOR_TRAINERS_FILE) restores them after a hold,
   so a restart during a hold loses nothing.
@@ -42,6 +46,10 @@ log = logging.getLogger(__name__)
 
 PREEMPTION_REASON = "PreemptionByScheduler"
 """kube-scheduler's reason on a victim's DisruptionTarget condition (Kubernetes >= 1.26)."""
+EVICT_REASON = "Evict"
+RECLAIM_MESSAGE = "because of reclaim"
+"""Volcano's evictor sets Ready=False, reason Evict, message "Pod is evicted, because of
+<action>" before deleting a victim (pkg/scheduler/cache/cache.go, defaultEvictor)."""
 LABEL_JOB = "volcano.sh/job-name"
 LABEL_TASK = "volcano.sh/task-spec"
 TRAINER_TASK = "trainer"
@@ -62,6 +70,28 @@ def preempted_by_kube_scheduler(pod: dict[str, Any]) -> bool:
         ):
             return True
     return False
+
+
+def reclaimed_by_volcano(pod: dict[str, Any]) -> bool:
+    """Whether Volcano's reclaim action evicted `pod` for another queue."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "Ready"
+            and cond.get("status") == "False"
+            and cond.get("reason") == EVICT_REASON
+            and RECLAIM_MESSAGE in (cond.get("message") or "")
+        ):
+            return True
+    return False
+
+
+def victim_of(pod: dict[str, Any]) -> str | None:
+    """Who takes `pod`'s room: "kube-scheduler", "reclaim" (another Volcano queue) or None."""
+    if preempted_by_kube_scheduler(pod):
+        return "kube-scheduler"
+    if reclaimed_by_volcano(pod):
+        return "reclaim"
+    return None
 
 
 def read_max_trainers(path: str | None) -> int | None:
@@ -150,7 +180,8 @@ class Yielder:
         gave up one trainer for it."""
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or meta.get("name") or ""
-        if not preempted_by_kube_scheduler(pod) or uid in self.seen:
+        taker = victim_of(pod)
+        if taker is None or uid in self.seen:
             return False
         self.seen.add(uid)
         with self._lock:
@@ -159,8 +190,8 @@ class Yielder:
                 index, replicas, least = self._trainer_task()
                 if replicas <= least:
                     log.info(
-                        "yield: kube-scheduler preempted %s; the job is at its minimum of "
-                        "%d trainers",
+                        "yield: %s took %s; the job is at its minimum of %d trainers",
+                        taker,
                         meta.get("name"),
                         least,
                     )
@@ -171,8 +202,9 @@ class Yielder:
                     self.lowered = replicas - 1
                     self.yielded += 1
                     log.info(
-                        "yield: kube-scheduler preempted %s; trainers %d -> %d for %.0f s "
-                        "so that its pod binds",
+                        "yield: %s took %s; trainers %d -> %d for %.0f s so that its pods "
+                        "bind",
+                        taker,
                         meta.get("name"),
                         replicas,
                         replicas - 1,
