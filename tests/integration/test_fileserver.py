@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import fsspec
+import httpx
 import pytest
-import requests
 
 from elasticctr.constants import ENV_FILESERVER_TOKEN
 from elasticctr.net import free_port, wait_for_port
@@ -63,27 +63,27 @@ def test_read_and_list_through_fsspec(fileserver):
 
 def test_json_listing_and_ranges(fileserver):
     url, _ = fileserver
-    listing = requests.get(f"{url}/", headers={"Accept": "application/json"}, timeout=5).json()
+    listing = httpx.get(f"{url}/", headers={"Accept": "application/json"}, timeout=5).json()
     assert {"name": "slot.conf", "type": "file", "size": 6} in listing["entries"]
-    part = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=2-3"}, timeout=5)
+    part = httpx.get(f"{url}/slot.conf", headers={"Range": "bytes=2-3"}, timeout=5)
     assert part.status_code == 206 and part.content == b"1\n"
-    suffix = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=-2"}, timeout=5)
+    suffix = httpx.get(f"{url}/slot.conf", headers={"Range": "bytes=-2"}, timeout=5)
     assert suffix.content == b"2\n"
-    bad = requests.get(f"{url}/slot.conf", headers={"Range": "bytes=100-"}, timeout=5)
+    bad = httpx.get(f"{url}/slot.conf", headers={"Range": "bytes=100-"}, timeout=5)
     assert bad.status_code == 416
 
 
 def test_write_requires_token_and_is_atomic(fileserver):
     url, root = fileserver
-    denied = requests.put(f"{url}/models/a.bin", data=b"x" * 10, timeout=5)
+    denied = httpx.put(f"{url}/models/a.bin", content=b"x" * 10, timeout=5)
     assert denied.status_code == 401
     assert "bearer token" in denied.json()["error"]["message"]
     assert not (root / "models" / "a.bin").exists()
-    wrong = requests.put(
-        f"{url}/models/a.bin", data=b"x", headers={"Authorization": "Bearer nope"}, timeout=5
+    wrong = httpx.put(
+        f"{url}/models/a.bin", content=b"x", headers={"Authorization": "Bearer nope"}, timeout=5
     )
     assert wrong.status_code == 401
-    ok = requests.put(f"{url}/models/a.bin", data=b"payload", headers=auth(), timeout=5)
+    ok = httpx.put(f"{url}/models/a.bin", content=b"payload", headers=auth(), timeout=5)
     assert ok.status_code == 201, ok.text
     assert (root / "models" / "a.bin").read_bytes() == b"payload"
     assert not [p for p in (root / "models").iterdir() if p.name.startswith(".tmp-")]
@@ -104,7 +104,7 @@ def test_fsspec_upload_with_token(fileserver, tmp_path):
 )
 def test_bad_paths(fileserver, path, status):
     url, _ = fileserver
-    # http.client sends the path as given (requests would normalise "..").
+    # http.client sends the path as given (httpx would normalise "..").
     conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=5)
     conn.request("GET", path)
     got = conn.getresponse()
@@ -115,8 +115,8 @@ def test_bad_paths(fileserver, path, status):
 
 def test_oversized_upload_rejected_and_old_file_kept(fileserver):
     url, root = fileserver
-    requests.put(f"{url}/big.bin", data=b"old", headers=auth(), timeout=5).raise_for_status()
-    big = requests.put(f"{url}/big.bin", data=b"x" * 2_000_000, headers=auth(), timeout=10)
+    httpx.put(f"{url}/big.bin", content=b"old", headers=auth(), timeout=5).raise_for_status()
+    big = httpx.put(f"{url}/big.bin", content=b"x" * 2_000_000, headers=auth(), timeout=10)
     assert big.status_code == 413
     assert "exceeds the limit" in big.json()["error"]["message"]
     assert (root / "big.bin").read_bytes() == b"old"
@@ -124,11 +124,11 @@ def test_oversized_upload_rejected_and_old_file_kept(fileserver):
 
 def test_delete(fileserver):
     url, root = fileserver
-    requests.put(f"{url}/tmp/x", data=b"1", headers=auth(), timeout=5).raise_for_status()
-    assert requests.delete(f"{url}/tmp/x", timeout=5).status_code == 401
-    assert requests.delete(f"{url}/tmp/x", headers=auth(), timeout=5).status_code == 204
+    httpx.put(f"{url}/tmp/x", content=b"1", headers=auth(), timeout=5).raise_for_status()
+    assert httpx.delete(f"{url}/tmp/x", timeout=5).status_code == 401
+    assert httpx.delete(f"{url}/tmp/x", headers=auth(), timeout=5).status_code == 204
     assert not (root / "tmp" / "x").exists()
-    assert requests.delete(f"{url}/", headers=auth(), timeout=5).status_code == 400
+    assert httpx.delete(f"{url}/", headers=auth(), timeout=5).status_code == 400
 
 
 def _metric(text: str, name: str) -> float:
@@ -140,28 +140,28 @@ def _metric(text: str, name: str) -> float:
 
 def test_metrics_count_reads_writes_deletes_and_refusals(fileserver):
     url, root = fileserver
-    before = requests.get(f"{url}/metrics", timeout=5)
+    before = httpx.get(f"{url}/metrics", timeout=5)
     assert before.status_code == 200 and before.headers["Content-Type"].startswith("text/plain")
     served0 = _metric(before.text, "elasticctr_fileserver_served_bytes_total")
     stored0 = _metric(before.text, "elasticctr_fileserver_stored_files_total")
     refused0 = _metric(before.text, "elasticctr_fileserver_unauthorized_total")
     deletes0 = _metric(before.text, "elasticctr_fileserver_deletes_total")
 
-    put = requests.put(f"{url}/m/one.bin", data=b"x" * 1000, headers=auth(), timeout=5)
+    put = httpx.put(f"{url}/m/one.bin", content=b"x" * 1000, headers=auth(), timeout=5)
     put.raise_for_status()
-    assert requests.get(f"{url}/m/one.bin", timeout=5).content == b"x" * 1000
-    ranged = requests.get(f"{url}/m/one.bin", headers={"Range": "bytes=0-9"}, timeout=5)
+    assert httpx.get(f"{url}/m/one.bin", timeout=5).content == b"x" * 1000
+    ranged = httpx.get(f"{url}/m/one.bin", headers={"Range": "bytes=0-9"}, timeout=5)
     assert ranged.status_code == 206
-    assert requests.put(f"{url}/m/two.bin", data=b"y", timeout=5).status_code == 401
-    assert requests.delete(f"{url}/m/one.bin", headers=auth(), timeout=5).status_code == 204
+    assert httpx.put(f"{url}/m/two.bin", content=b"y", timeout=5).status_code == 401
+    assert httpx.delete(f"{url}/m/one.bin", headers=auth(), timeout=5).status_code == 204
 
-    after = requests.get(f"{url}/metrics", timeout=5).text
+    after = httpx.get(f"{url}/metrics", timeout=5).text
     assert _metric(after, "elasticctr_fileserver_served_bytes_total") == served0 + 1010
     assert _metric(after, "elasticctr_fileserver_stored_files_total") == stored0 + 1
     assert _metric(after, "elasticctr_fileserver_unauthorized_total") == refused0 + 1
     assert _metric(after, "elasticctr_fileserver_deletes_total") == deletes0 + 1
     assert "elasticctr_fileserver_http_connections " in after
     # /metrics is reserved: writing a file of that name is refused, nothing is stored.
-    reserved = requests.put(f"{url}/metrics", data=b"z", headers=auth(), timeout=5)
+    reserved = httpx.put(f"{url}/metrics", content=b"z", headers=auth(), timeout=5)
     assert reserved.status_code == 400 and "reserved" in reserved.json()["error"]["message"]
     assert not (root / "metrics").exists()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import httpx
 import pytest
-import requests
 
 from elasticctr.coordinator import Coordinator, PartitionSpec
 from elasticctr.coordinator.client import CoordinatorClient
@@ -47,7 +47,7 @@ def test_full_cycle_through_client(api):
     assert client.lease() == {"kind": "finished"}
     progress = client.progress()
     assert progress["samples"] == 10 and progress["finished"]
-    metrics = requests.get(url + "/metrics", timeout=5).text
+    metrics = httpx.get(url + "/metrics", timeout=5).text
     assert 'elasticctr_coordinator_tasks{scenario="default",state="done"} 2.0' in metrics
     assert 'elasticctr_coordinator_partitions_exported{scenario="default"} 1.0' in metrics
 
@@ -64,7 +64,7 @@ def test_full_cycle_through_client(api):
 )
 def test_bad_requests_get_4xx_with_message(api, path, body, message):
     _, url = api
-    resp = requests.post(url + path, data=body, timeout=5)
+    resp = httpx.post(url + path, content=body, timeout=5)
     assert 400 <= resp.status_code < 500
     assert message in resp.json()["error"]["message"]
 

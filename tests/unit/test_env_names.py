@@ -6,6 +6,7 @@ elasticctr.constants (ENV_NAMES); the names of ElasticCTR 0.1 (ECTL_*) are still
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -119,3 +120,23 @@ def test_the_version_id_format_and_file_digest_are_defined_once():
             if pattern in text:
                 copies.append(f"{path.relative_to(REPO)}: {pattern}")
     assert not copies, f"use elasticctr.versions instead: {copies}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Top-level names of the modules a source file imports (any depth in its tree:
+    function-local imports count too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_httpx_is_the_one_http_client():
+    """The package talks HTTP through httpx only: `requests` is not a dependency of
+    elasticctr (it may still be installed for kubernetes or MLflow)."""
+    users = [str(p.relative_to(REPO)) for p in PACKAGE if "requests" in imported_modules(p)]
+    assert not users, f"use httpx instead of requests: {users}"
+    assert "httpx" in imported_modules(REPO / "tools/elasticctr/coordinator/client.py")

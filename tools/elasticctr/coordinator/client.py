@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import time
 
-import requests
+import httpx
 
 from elasticctr.errors import EctlError
+
+UNREACHABLE = (
+    httpx.NetworkError,  # refused, reset, broken pipe (connect, read, write, close)
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,  # closed before (or in the middle of) its answer
+    httpx.ProxyError,
+)
+"""The coordinator unreachable, so the call is retried until `retry_seconds`: the
+connection errors only. A read timeout is not among them: the call may have been served
+(a lease granted), so it is raised as it is, not sent again."""
 
 
 class CoordinatorClient:
@@ -20,20 +30,20 @@ class CoordinatorClient:
         self.trainer = str(trainer)
         self.retry_seconds = retry_seconds
         self.timeout = timeout
-        self._session = requests.Session()
+        self._http = httpx.Client(timeout=timeout)
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.2
         while True:
             try:
-                resp = self._session.request(
+                resp = self._http.request(
                     method,
                     self.url + path,
                     json=None if body is None else {"trainer": self.trainer, **body},
                     timeout=self.timeout,
                 )
-            except requests.ConnectionError as exc:
+            except UNREACHABLE as exc:
                 # Refused or reset: the coordinator is (re)starting, e.g. its pod is not
                 # listening yet when the trainers of the same Volcano Job start.
                 if time.monotonic() >= deadline:
