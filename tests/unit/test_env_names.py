@@ -140,3 +140,50 @@ def test_httpx_is_the_one_http_client():
     users = [str(p.relative_to(REPO)) for p in PACKAGE if "requests" in imported_modules(p)]
     assert not users, f"use httpx instead of requests: {users}"
     assert "httpx" in imported_modules(REPO / "tools/elasticctr/coordinator/client.py")
+
+
+def code_strings(path: Path) -> list[str]:
+    """The string constants of a source file's code, f-string pieces included; docstrings
+    and other bare string statements (and comments) are not code."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    return [n.value for n in strings if isinstance(n.value, str) and id(n) not in prose]
+
+
+def test_the_sparse_part_file_names_are_typed_once():
+    """`sparse/part-NNNNN.keys.npy` / `.values.npy` are named by
+    versions.sparse_part_files only (SPARSE_PART agrees with it): every writer and
+    reader of the package goes through it, so no module spells the suffixes."""
+    from elasticctr import versions
+
+    home = REPO / "tools/elasticctr/versions.py"
+    copies = []
+    for path in files("tools/elasticctr", "*.py"):
+        if path == home:
+            continue
+        for text in code_strings(path):
+            plain = text.replace("\\", "")  # a regex spells them `\.keys\.npy`
+            if "keys.npy" in plain or "values.npy" in plain:
+                copies.append(f"{path.relative_to(REPO)}: {text!r}")
+    assert not copies, f"use elasticctr.versions.sparse_part_files instead: {copies}"
+
+    for i in (0, 7, 12345, versions.MAX_SPARSE_PARTS - 1):
+        keys, values = versions.sparse_part_files(i)
+        m = versions.SPARSE_PART.match(keys)
+        assert m and int(m.group(1)) == i, keys
+        assert values == keys.removesuffix(".keys.npy") + ".values.npy"
+        assert keys.startswith(versions.SPARSE_DIR + "/") and not versions.SPARSE_PART.match(values)
+    assert versions.sparse_part_files(3) == (
+        "sparse/part-00003.keys.npy",
+        "sparse/part-00003.values.npy",
+    )
+    for bad in (-1, versions.MAX_SPARSE_PARTS, True, 1.0):
+        with pytest.raises(ValueError, match="sparse part number"):
+            versions.sparse_part_files(bad)
+    manifest = {"files": {n: {} for i in (1, 0) for n in versions.sparse_part_files(i)}}
+    assert versions.sparse_parts(manifest) == [versions.sparse_part_files(i) for i in (0, 1)]

@@ -10,7 +10,7 @@ test/demo writers use it too, so producer and consumers cannot drift apart:
                       {"sha256", "bytes"}}}: every file of the version except itself and
                       the donefile
   dense/...          Paddle inference model
-  sparse/part-NNNNN.{keys,values}.npy
+  sparse/part-NNNNN.{keys,values}.npy   (`sparse_part_files`)
   donefile           written last: a version without it does not exist
 ```
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import operator
 import os
 import re
 import time
@@ -43,8 +44,12 @@ DENSE_DIR = "dense"
 SPARSE_DIR = "sparse"
 DATE_HOUR_FORMAT = "YYYYMMDD/HH"
 _DATE_HOUR = re.compile(r"^(\d{8})/(\d{2})$")
-SPARSE_PART = re.compile(r"^sparse/part-(\d{5})\.keys\.npy$")
-"""A sparse part's keys file; its values are the same name with `.values.npy`."""
+_PART_PREFIX = f"{SPARSE_DIR}/part-"
+_PART_DIGITS = 5
+_KEYS_SUFFIX = ".keys.npy"
+_VALUES_SUFFIX = ".values.npy"
+MAX_SPARSE_PARTS = 10**_PART_DIGITS
+"""Part numbers have exactly five digits: 0..99999."""
 _HASH_CHUNK = 4 << 20
 
 
@@ -113,6 +118,32 @@ def check_version_id(version: object) -> str:
 def version_path(version_id: str) -> str:
     """'20200401/07' -> 'versions/20200401/07' (relative to the model store root)."""
     return f"{VERSIONS_DIR}/{check_version_id(version_id)}"
+
+
+def sparse_part_files(i: int) -> tuple[str, str]:
+    """(keys, values) paths of sparse part `i`, relative to the version folder:
+    ``sparse/part-00007.keys.npy`` and ``sparse/part-00007.values.npy``.
+
+    The one place these names are typed: the training export, the test/demo writers and
+    every reader (`sparse_parts`, `SPARSE_PART`) go through it. ValueError for a part
+    number outside 0..MAX_SPARSE_PARTS-1 (its name would not have five digits, and no
+    reader would find it).
+    """
+    try:
+        n = -1 if isinstance(i, bool) else operator.index(i)  # int or numpy integer
+    except TypeError:
+        n = -1
+    if not 0 <= n < MAX_SPARSE_PARTS:
+        raise ValueError(f"sparse part number {i!r} is not in 0..{MAX_SPARSE_PARTS - 1}")
+    stem = f"{_PART_PREFIX}{n:0{_PART_DIGITS}d}"
+    return stem + _KEYS_SUFFIX, stem + _VALUES_SUFFIX
+
+
+SPARSE_PART = re.compile(
+    "^" + re.escape(_PART_PREFIX) + rf"(\d{{{_PART_DIGITS}}})" + re.escape(_KEYS_SUFFIX) + "$"
+)
+"""A sparse part's keys file (a name `sparse_part_files` gives; group 1: the part number);
+its values file is ``sparse_part_files(int(group 1))[1]``."""
 
 
 # --- files ----------------------------------------------------------------------------
@@ -250,14 +281,15 @@ def verify_version(
 def sparse_parts(
     manifest: Mapping[str, Any], where: str = "model version"
 ) -> list[tuple[str, str]]:
-    """(keys, values) relative paths of the sparse parts, in part order."""
+    """(keys, values) relative paths of the sparse parts the manifest lists, in part
+    order (names of `sparse_part_files`; other files under sparse/ are not parts)."""
     files = manifest.get("files") or {}
     parts = []
     for rel in sorted(files):
         m = SPARSE_PART.match(rel)
         if m:
-            values_rel = f"sparse/part-{m.group(1)}.values.npy"
+            values_rel = sparse_part_files(int(m.group(1)))[1]
             if values_rel not in files:
-                raise EctlError(f"{where}: {rel} has no {values_rel}")
+                raise EctlError(f"{where}: {rel} has no {values_rel} in the manifest")
             parts.append((rel, values_rel))
     return parts

@@ -97,8 +97,9 @@ def write_version(
         dim = values.shape[1] if dim is None else dim
         if values.shape[1] != dim:
             raise ValidationError(f"part {i}: dim {values.shape[1]} != {dim}")
-        np.save(vdir / f"sparse/part-{i:05d}.keys.npy", keys)
-        np.save(vdir / f"sparse/part-{i:05d}.values.npy", values)
+        keys_rel, values_rel = versions.sparse_part_files(i)
+        np.save(vdir / keys_rel, keys)
+        np.save(vdir / values_rel, values)
         rows += int(keys.shape[0])
     meta = {
         "model": model,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from elasticctr import versions
 from elasticctr.data.parser import SlotBatch
 from elasticctr.errors import EctlError
 from elasticctr.versions import DENSE_DIR, MANIFEST  # noqa: F401 (re-exported)
@@ -227,13 +228,7 @@ def read_manifest(version_dir: Path) -> dict[str, Any]:
 
 
 def sparse_parts(version_dir: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
-    """(keys.npy, values.npy) pairs of a version, in part order, as the manifest lists them."""
-    files = manifest.get("files") or {}
-    parts = []
-    for rel in sorted(files):
-        if rel.startswith("sparse/part-") and rel.endswith(".keys.npy"):
-            values = rel[: -len(".keys.npy")] + ".values.npy"
-            if values not in files:
-                raise EctlError(f"{version_dir}: {rel} has no {values} in the manifest")
-            parts.append((Path(version_dir) / rel, Path(version_dir) / values))
-    return parts
+    """(keys.npy, values.npy) pairs of a version, in part order, as the manifest lists them
+    (`elasticctr.versions.sparse_parts`)."""
+    root = Path(version_dir)
+    return [(root / k, root / v) for k, v in versions.sparse_parts(manifest, str(version_dir))]

@@ -73,9 +73,9 @@ def write_version(
     keys = np.unique(np.asarray(keys, dtype=np.uint64))
     values = rng.normal(0, 0.5, size=(keys.size, dim)).astype(np.float32)
     for i, idx in enumerate(np.array_split(np.arange(keys.size), parts)):
-        for suffix, arr in (("keys", keys[idx]), ("values", values[idx])):
-            rel = f"sparse/part-{i:05d}.{suffix}.npy"
-            np.save(vdir / rel, arr)
+        keys_rel, values_rel = versions.sparse_part_files(i)
+        np.save(vdir / keys_rel, keys[idx])
+        np.save(vdir / values_rel, values[idx])
     meta = {
         "model": {"name": "test-dnn", "params": {}},  # the shape training writes
         "slots": list(slots),

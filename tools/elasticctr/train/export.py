@@ -155,13 +155,15 @@ def pool(keys: np.ndarray, values: np.ndarray, batch) -> np.ndarray:
 # --- writing and verifying versions ---------------------------------------------------
 
 
-def _write_sparse(folder: Path, keys: np.ndarray, values: np.ndarray, rows_per_part: int) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
+def _write_sparse(vdir: Path, keys: np.ndarray, values: np.ndarray, rows_per_part: int) -> int:
+    """The sparse parts of version folder `vdir` (names of versions.sparse_part_files)."""
+    (vdir / versions.SPARSE_DIR).mkdir(parents=True, exist_ok=True)
     parts = max(1, -(-keys.size // rows_per_part))
     for p in range(parts):
         sl = slice(p * rows_per_part, (p + 1) * rows_per_part)
-        np.save(folder / f"part-{p:05d}.keys.npy", np.ascontiguousarray(keys[sl], np.uint64))
-        np.save(folder / f"part-{p:05d}.values.npy", np.ascontiguousarray(values[sl], np.float32))
+        keys_rel, values_rel = versions.sparse_part_files(p)
+        np.save(vdir / keys_rel, np.ascontiguousarray(keys[sl], np.uint64))
+        np.save(vdir / values_rel, np.ascontiguousarray(values[sl], np.float32))
     return parts
 
 
@@ -182,7 +184,7 @@ def build_version(
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     shutil.copytree(dense_dir, out_dir / versions.DENSE_DIR)
-    parts = _write_sparse(out_dir / versions.SPARSE_DIR, keys, values, rows_per_part)
+    parts = _write_sparse(out_dir, keys, values, rows_per_part)
     facts = {
         **meta,
         "embedding_dim": int(values.shape[1]),

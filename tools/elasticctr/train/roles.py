@@ -544,10 +544,9 @@ def evaluate_version(version_dir: Path, batches: list) -> dict:
     """AUC/logloss of an exported version on batches: numpy lookup + the saved dense model."""
     paddle = _paddle()
     manifest = versions.verify_version(version_dir)
-    keys = np.concatenate([np.load(p) for p in sorted((version_dir / "sparse").glob("*.keys.npy"))])
-    values = np.concatenate(
-        [np.load(p) for p in sorted((version_dir / "sparse").glob("*.values.npy"))]
-    )
+    parts = versions.sparse_parts(manifest, str(version_dir))
+    keys = np.concatenate([np.load(version_dir / k) for k, _ in parts])
+    values = np.concatenate([np.load(version_dir / v) for _, v in parts])
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     labels, probs = [], []
