@@ -31,6 +31,18 @@ its listing of the store is not measured) until it reports every task of the hou
 - samples per CPU-second: samples / CPU of trainer + pserver + coordinator (the job);
   the store server's CPU is shown beside it, and once more included.
 
+Placement (`--pin`, default `job=0,store=1` when CPUs 0 and 1 are both available,
+`none` otherwise or when asked): the job's processes (coordinator, pserver, trainer, and
+all their children: the trainer's readers) run on the `job` CPUs, the store server's
+(fileserver / HDFS JVM / weed) on the `store` CPUs, so the store never takes the
+trainer's core and every source is measured under the same placement. Both are set at
+launch (each is started from a thread with that CPU mask, which children inherit) and
+again on every thread of each process tree (`os.sched_setaffinity` per thread) before
+each window; a thread found elsewhere at the window's end is reported. This driver
+(polling the coordinator, uploads) runs on the `store` CPUs. A side left out gets the
+other available CPUs: `--pin job=0` is `job=0,store=<the rest>`; a list is CPU numbers
+and ranges (`job=0-1,3,store=2`). The header prints the placement.
+
 The last lines are `ratio: <source> vs local samples per CPU-second = N.NNx` and
 `ratio: <source> vs local samples/s = N.NNx` (medians).
 
@@ -50,6 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +105,122 @@ def tree_cpu(root: int) -> float:
     return total / TICK
 
 
+PIN_SIDES = ("job", "store")
+
+
+def parse_pin(text: str, available: set[int]) -> dict[str, set[int]] | None:
+    """`job=LIST,store=LIST` -> {"job": CPUs, "store": CPUs}; `none` -> None. A LIST is
+    CPU numbers and ranges separated by commas (`0`, `0-3`, `0,2`); a side left out gets
+    the `available` CPUs the other does not have. ValueError with the reason."""
+    if text.strip().lower() == "none":
+        return None
+    sides: dict[str, set[int]] = {}
+    side = None
+    for item in text.split(","):
+        item = item.strip()
+        if "=" in item:
+            side, item = (x.strip() for x in item.split("=", 1))
+            if side not in PIN_SIDES or side in sides:
+                raise ValueError(f"{text!r}: expected job=CPUS,store=CPUS or none")
+            sides[side] = set()
+        if side is None or not item:
+            raise ValueError(f"{text!r}: expected job=CPUS,store=CPUS or none")
+        lo, _, hi = item.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"{text!r}: {item!r} is not a CPU number or range") from None
+        if first > last:
+            raise ValueError(f"{text!r}: empty CPU range {item!r}")
+        sides[side].update(range(first, last + 1))
+    for one, other in (PIN_SIDES, PIN_SIDES[::-1]):
+        if one not in sides:
+            sides[one] = available - sides.get(other, set())
+    if sides["job"] & sides["store"]:
+        raise ValueError(
+            f"{text!r}: job and store share CPUs {sorted(sides['job'] & sides['store'])}"
+        )
+    for side in PIN_SIDES:
+        if not sides[side]:
+            raise ValueError(f"{text!r}: no CPU left for the {side}")
+        if not sides[side] <= available:
+            missing = sorted(sides[side] - available)
+            raise ValueError(
+                f"{text!r}: CPUs {missing} are not available (have {sorted(available)})"
+            )
+    return sides
+
+
+def cpu_list(cpus: set[int]) -> str:
+    """{0, 1, 2, 5} -> '0-2,5' (taskset's list syntax)."""
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def tree_threads(root: int) -> list[int]:
+    """Thread ids (Linux tasks) of every live process of `root`'s tree."""
+    try:
+        top = psutil.Process(root)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    tids = []
+    for proc in procs:
+        try:
+            tids += [t.id for t in proc.threads()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # exited meanwhile
+    return tids
+
+
+def pin_tree(root: int, cpus: set[int]) -> int:
+    """Pin every thread of `root`'s process tree to `cpus`; the number of threads pinned.
+
+    sched_setaffinity sets one thread: each thread of each process is set, so the threads a
+    JVM or Paddle has already started move too (what `taskset -a -p` does); what they start
+    later inherits the mask. Walked again until no new thread shows up (a process forked
+    while the walk ran)."""
+    done: set[int] = set()
+    for _ in range(5):
+        fresh = [t for t in tree_threads(root) if t not in done]
+        if not fresh:
+            break
+        for tid in fresh:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                os.sched_setaffinity(tid, cpus)
+                done.add(tid)
+    return len(done)
+
+
+def misplaced(root: int, cpus: set[int]) -> int:
+    """Threads of `root`'s tree whose CPU mask is not `cpus`."""
+    off = 0
+    for tid in tree_threads(root):
+        with contextlib.suppress(ProcessLookupError):
+            off += os.sched_getaffinity(tid) != cpus
+    return off
+
+
+@contextlib.contextmanager
+def spawning_on(cpus: set[int] | None):
+    """Processes started inside run on `cpus`: this thread's mask, inherited by what it
+    forks, restored after (None: no change)."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 @contextlib.contextmanager
 def fileserver(root: Path):
     port = free_port()
@@ -110,7 +239,9 @@ def values(work: Path, name: str, url: str, ugi: str, threads: int) -> Path:
     return path
 
 
-def one_round(work: Path, source: dict, threads: int, task_mib: float, k: int) -> dict:
+def one_round(
+    work: Path, source: dict, threads: int, task_mib: float, k: int, pin: dict | None
+) -> dict:
     name = f"{source['name']}-{k}"
     shutil.rmtree(work / "store" / name, ignore_errors=True)
     job = ElasticJob(
@@ -122,7 +253,10 @@ def one_round(work: Path, source: dict, threads: int, task_mib: float, k: int) -
         task_mb=task_mib,
     )
     load0 = os.getloadavg()[0]
-    with job:
+    job_cpus = pin["job"] if pin else None
+    with contextlib.ExitStack() as running:
+        with spawning_on(job_cpus):  # every role inherits the job's CPUs from its start
+            running.enter_context(job)
         client = job.client()
         deadline = time.monotonic() + 600
         while "0" not in client.progress()["trainers"]:  # started up, asking for work
@@ -132,6 +266,11 @@ def one_round(work: Path, source: dict, threads: int, task_mib: float, k: int) -
         pids = {r: job.sup.pid(r) for r in ("trainer-0", "pserver-0", "coordinator")}
         if source.get("pid"):
             pids["store"] = source["pid"]
+        pinned = {}
+        if pin:
+            pinned = {
+                r: pin_tree(p, pin["store" if r == "store" else "job"]) for r, p in pids.items()
+            }
         source["ready"](True)
         while not client.progress()["partitions"]:  # the coordinator found the hour
             time.sleep(0.02)
@@ -147,7 +286,13 @@ def one_round(work: Path, source: dict, threads: int, task_mib: float, k: int) -
             time.sleep(0.05)
         after = {r: tree_cpu(p) for r, p in pids.items()}
         seconds = time.monotonic() - t0
-        job.wait(600)
+        off = {}
+        if pin:
+            off = {
+                r: misplaced(p, pin["store" if r == "store" else "job"]) for r, p in pids.items()
+            }
+        with spawning_on(job_cpus):  # a role restarted by job.wait stays on the job's CPUs
+            job.wait(600)
     source["ready"](False)
     cpu = {r: after[r] - before[r] for r in pids}
     samples = progress["samples"]
@@ -163,6 +308,8 @@ def one_round(work: Path, source: dict, threads: int, task_mib: float, k: int) -
         "per_cpu": samples / job_cpu,
         "per_cpu_store": samples / (job_cpu + cpu.get("store", 0.0)),
         "load": (load0, os.getloadavg()[0]),
+        "pinned": pinned,
+        "misplaced": {r: n for r, n in off.items() if n},
     }
 
 
@@ -192,7 +339,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sources", default="local,fileserver,hdfs,s3")
     ap.add_argument("--work", type=Path, default=None)
+    available = os.sched_getaffinity(0)
+    ap.add_argument(
+        "--pin",
+        default="job=0,store=1" if {0, 1} <= available else "none",
+        help="CPUs of the job (coordinator, pserver, trainer and their children) and of the "
+        "store server and this driver: job=CPUS,store=CPUS (a side left out gets the other "
+        "CPUs) or none; default job=0,store=1 when CPUs 0 and 1 are available, else none",
+    )
     args = ap.parse_args()
+    try:
+        pin = parse_pin(args.pin, available)
+    except ValueError as exc:
+        ap.error(f"--pin {exc}")
     SLOTS = list(range(args.slots))
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-sources-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -220,6 +379,13 @@ def main() -> None:
     print(f"data: {len(parts)} files, {size / 2**20:.1f} MiB, {args.lines:,} lines, "
           f"{args.slots} slots; tasks of {task_mib:.2f} MiB; threads {args.threads}; "
           f"load average {os.getloadavg()}")  # fmt: skip
+    if pin:
+        print(f"pinning: job (coordinator, pserver, trainer and their children) on CPUs "
+              f"{cpu_list(pin['job'])}; store server and this driver on CPUs "
+              f"{cpu_list(pin['store'])} (of {cpu_list(available)})")  # fmt: skip
+        os.sched_setaffinity(0, pin["store"])  # what this driver starts from here inherits it
+    else:
+        print(f"pinning: none (every process on CPUs {cpu_list(available)})")
 
     def local_ready(on: bool) -> None:
         local_done.touch() if on else local_done.unlink(missing_ok=True)
@@ -279,13 +445,18 @@ def main() -> None:
         for k in range(args.rounds):
             order = sources[k % len(sources) :] + sources[: k % len(sources)]
             for source in order:
-                r = one_round(work, source, args.threads, task_mib, k)
+                r = one_round(work, source, args.threads, task_mib, k, pin)
                 results.append(r)
                 cpu = ", ".join(f"{n} {s:.1f}" for n, s in r["cpu"].items())
+                if r["misplaced"]:
+                    print(f"round {k} {r['source']}: threads off their CPUs at the window's "
+                          f"end: {r['misplaced']}", flush=True)  # fmt: skip
                 print(f"round {k} {r['source']}: {r['samples']:,} samples in "
                       f"{r['seconds']:.1f}s = {r['rate']:,.0f}/s; CPU-s {cpu}; "
                       f"{r['per_cpu']:,.0f} samples per CPU-s; load average "
-                      f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}", flush=True)  # fmt: skip
+                      f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}"
+                      + (f"; threads pinned {sum(r['pinned'].values())}" if pin else ""),
+                      flush=True)  # fmt: skip
     by = {s["name"]: [r for r in results if r["source"] == s["name"]] for s in sources}
     print(f"\nload average at the end {os.getloadavg()}; {args.rounds} rounds, "
           "median (min-max)\n")  # fmt: skip
