@@ -19,10 +19,11 @@ changing its own worker count; so does the coordinator here:
   count instead of re-placing them, and the preemptor or the reclaiming queue's pods bind;
 - `hold_seconds` after the last victim it sets `replicas` back to what it was: trainers
   that find no room wait Pending (their class never preempts, and a queue above its
-  guaranteed share reclaims nothing) and borrow again once the room is idle. If someone else changed `replicas` meanwhile (`helm upgrade`), the
-  coordinator leaves it as they set it. A coordinator that starts with fewer trainers
-  than the release's maximum (ELASTICCTR_COORDINATOR_TRAINERS_FILE) restores them after a hold,
-  so a restart during a hold loses nothing.
+  guaranteed share reclaims nothing) and borrow again once the room is idle. If someone
+  else changed `replicas` meanwhile (`helm upgrade`), the coordinator leaves it as they
+  set it. A coordinator that starts with fewer trainers than the release's maximum
+  (ELASTICCTR_COORDINATOR_TRAINERS_FILE) restores them after a hold, so a restart during
+  a hold loses nothing.
 
 Only the coordinator's pod mounts a token (trainer.coordinator.yieldToKubeScheduler in
 the chart: a Role to watch pods and get/patch this Job). An API failure is logged and
@@ -60,29 +61,23 @@ RBAC_HINT = (
 )
 
 
+def _condition(pod: dict[str, Any], kind: str, status: str, reason: str) -> dict | None:
+    """`pod`'s condition of type `kind` with that status and reason, if it has one."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (kind, status, reason):
+            return cond
+    return None
+
+
 def preempted_by_kube_scheduler(pod: dict[str, Any]) -> bool:
     """Whether kube-scheduler marked `pod` as a victim of its preemption."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            cond.get("type") == "DisruptionTarget"
-            and cond.get("status") == "True"
-            and cond.get("reason") == PREEMPTION_REASON
-        ):
-            return True
-    return False
+    return _condition(pod, "DisruptionTarget", "True", PREEMPTION_REASON) is not None
 
 
 def reclaimed_by_volcano(pod: dict[str, Any]) -> bool:
     """Whether Volcano's reclaim action evicted `pod` for another queue."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            cond.get("type") == "Ready"
-            and cond.get("status") == "False"
-            and cond.get("reason") == EVICT_REASON
-            and RECLAIM_MESSAGE in (cond.get("message") or "")
-        ):
-            return True
-    return False
+    cond = _condition(pod, "Ready", "False", EVICT_REASON)
+    return cond is not None and RECLAIM_MESSAGE in (cond.get("message") or "")
 
 
 def victim_of(pod: dict[str, Any]) -> str | None:
@@ -202,8 +197,7 @@ class Yielder:
                     self.lowered = replicas - 1
                     self.yielded += 1
                     log.info(
-                        "yield: %s took %s; trainers %d -> %d for %.0f s so that its pods "
-                        "bind",
+                        "yield: %s took %s; trainers %d -> %d for %.0f s so that its pods bind",
                         taker,
                         meta.get("name"),
                         replicas,
