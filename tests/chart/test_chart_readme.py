@@ -15,6 +15,8 @@ from tests.conftest import require_tool
 pytestmark = pytest.mark.chart
 
 CHARTS = [CHART, *sorted(p.parent for p in (CHART / "charts").glob("*/Chart.yaml"))]
+# Named templates only, no values: its README says what it holds (README.md.gotmpl).
+LIBRARIES = {"common"}
 
 
 def _flags() -> list[str]:
@@ -58,9 +60,11 @@ def test_readme_documents_the_image_values(tmp_path):
 
 def test_umbrella_readme_lists_every_subcharts_values():
     """helm-docs --document-dependency-values: one README shows every key a user sets,
-    the subcharts' prefixed with their name, each with its comment."""
+    the subcharts' prefixed with their name, each with its comment (the library has none)."""
     text = (CHART / "README.md").read_text()
-    for sub in CHARTS[1:]:
+    parts = [sub for sub in CHARTS[1:] if sub.name not in LIBRARIES]
+    assert len(parts) == 5
+    for sub in parts:
         assert f"| {sub.name}.image.name | string |" in text, sub.name
         assert f"| {sub.name}.serviceAccount.name | string |" in text, sub.name
         assert f"| {sub.name}.podAnnotations | object |" in text, sub.name
@@ -76,3 +80,23 @@ def test_helm_docs_reads_the_comments(tmp_path):
     values.write_text(values.read_text().replace("# --", "# -- CHANGED", 1))
     _generate(copy)
     assert "CHANGED" in (copy / "fs" / "README.md").read_text()
+
+
+def test_library_readme_lists_its_defines():
+    """The library's README is helm-docs' too, from its own template: every define of the
+    library is listed there (elasticctr.component.{name,...} counts each name)."""
+    import itertools
+
+    library = CHART / "charts" / "common"
+    text = (library / "README.md").read_text()
+    listed = set()
+    for group in re.findall(r"`(elasticctr\.[\w.]*)\{([\w,]+)\}`", text):
+        listed |= {group[0] + name for name in group[1].split(",")}
+    listed |= set(re.findall(r"`(elasticctr\.[\w.]+)`", text))
+    defined = set(
+        itertools.chain.from_iterable(
+            re.findall(r'define "([^"]+)"', f.read_text())
+            for f in (library / "templates").glob("*.tpl")
+        )
+    )
+    assert defined and defined <= listed, defined - listed

@@ -7,6 +7,7 @@ in every chart; wrong values refused by helm and by ectl validate, naming the fi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -300,3 +301,24 @@ def test_publish_records_a_values_file_that_pins_every_image_by_digest(helm, tmp
         repo, _, digest = image.partition("@")
         part = repo.rsplit("/", 1)[-1].removeprefix("elasticctr-")
         assert digest == digests[part], (name, image)
+
+
+def test_each_chart_gives_its_own_name_to_the_component_helpers():
+    """The library's elasticctr.component.* defines take the component's name (charts/common
+    README): every chart's templates give their own chart's name (the umbrella's:
+    elasticctr), so a line copied from another part cannot name or label it wrongly."""
+    call = re.compile(r'include "elasticctr\.component\.\w+" \(dict "ctx" \S+ "name" "([^"]+)"\)')
+    calls = 0
+    for chart in [CHART, *sorted(p.parent for p in CHART.glob("charts/*/Chart.yaml"))]:
+        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+        if meta.get("type") == "library":
+            continue
+        for tpl in sorted((chart / "templates").rglob("*")):
+            if not tpl.is_file():
+                continue
+            text = tpl.read_text()
+            names = call.findall(text)
+            assert len(names) == text.count('include "elasticctr.component.'), tpl
+            assert set(names) <= {meta["name"]}, (tpl, set(names))
+            calls += len(names)
+    assert calls > 150

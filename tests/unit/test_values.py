@@ -36,6 +36,20 @@ def test_chart_loads_umbrella_and_every_subchart(chart):
     for sub in chart.subcharts:
         assert sub.condition == f"{sub.name}.enabled"
         assert sub.schema["additionalProperties"] is False
+    # The library of named templates is a dependency but no part: no values of its own.
+    assert chart.libraries == ("common",)
+
+
+def test_library_charts_are_found_from_their_chart_yaml(chart):
+    declared = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"]
+    libraries = [
+        d["name"]
+        for d in declared
+        if yaml.safe_load((CHART / "charts" / d["name"] / "Chart.yaml").read_text()).get("type")
+        == "library"
+    ]
+    assert tuple(libraries) == chart.libraries
+    assert "common" not in V.effective_values({}, chart)
 
 
 @pytest.mark.parametrize(
@@ -103,6 +117,10 @@ def test_unknown_top_level_key_is_reported(chart):
         "trainers: unknown key (allowed: cube, fileserver, global, mlflow, serving, teams, tests, "
         "trainer)"
     ]
+    # The umbrella's schema knows `common` (Helm hands the library the globals), but it
+    # takes no values: never offered, and anything set in it is refused.
+    assert "common" in chart.chart.schema["properties"]
+    assert V.validate({"common": {"x": 1}}, chart) == ["common.x: unknown key (allowed: global)"]
 
 
 def test_global_is_open_for_a_parent_chart_but_ectl_refuses_typos_in_it(chart):

@@ -5,7 +5,9 @@ subchart's `values.yaml` (defaults) and `values.schema.json`, merges user values
 over them with Helm's rules, validates each chart's schema against the part of the values
 Helm gives that chart, and applies the same cross-field rules as the chart's
 `elasticctr.validateValues` helper (charts/elasticctr/templates/_helpers.tpl), with the
-same messages. Every problem comes back as one `path: message` string.
+same messages. Every problem comes back as one `path: message` string. Library charts
+(Chart.yaml `type: library`, the umbrella's `common`) hold named templates only: they
+take no values, so they are neither loaded as a part nor offered as a values key.
 
 It owns no chart content and never shells out to helm (so `ectl validate` works without
 helm installed); tests/chart compares its answers with helm's.
@@ -61,12 +63,14 @@ class Chart:
     defaults: Values
     schema: dict[str, Any] | None
     condition: str | None = None  # e.g. "trainer.enabled" (subcharts only)
+    library: bool = False  # Chart.yaml `type: library`: named templates, no values
 
 
 @dataclass(frozen=True)
 class Umbrella:
     chart: Chart
     subcharts: list[Chart] = field(default_factory=list)
+    libraries: tuple[str, ...] = ()  # dependencies that are library charts (`common`)
 
 
 def read_yaml_mapping(path: Path, what: str = "values file") -> Values:
@@ -114,23 +118,29 @@ def _load_chart(path: Path, condition: str | None = None) -> Chart:
             schema = json.loads(schema_file.read_text())
         except json.JSONDecodeError as exc:
             raise EctlError(f"{schema_file}: not valid JSON ({exc})") from exc
-    return Chart(meta.get("name", path.name), path, defaults, schema, condition)
+    library = meta.get("type") == "library"
+    return Chart(meta.get("name", path.name), path, defaults, schema, condition, library)
 
 
 def load_chart(chart: Path | None = None) -> Umbrella:
-    """The umbrella chart at `chart` (default: constants.chart_dir()) and its local subcharts."""
+    """The umbrella chart at `chart` (default: constants.chart_dir()), its local subcharts,
+    and the names of its library dependencies (skipped: they have no values)."""
     root = Path(chart) if chart is not None else chart_dir()
     if not (root / "Chart.yaml").is_file():
         raise EctlError(f"no chart at {root}", hint=f"pass --chart DIR or set {ENV_CHART_DIR}")
     umbrella = _load_chart(root)
     meta = read_yaml_mapping(root / "Chart.yaml", "Chart.yaml")
-    subcharts = []
+    subcharts, libraries = [], []
     for dep in meta.get("dependencies") or []:
         sub_path = root / "charts" / dep["name"]
         if not (sub_path / "Chart.yaml").is_file():
             raise EctlError(f"{root}: dependency {dep['name']} is not unpacked in charts/")
-        subcharts.append(_load_chart(sub_path, dep.get("condition")))
-    return Umbrella(umbrella, subcharts)
+        sub = _load_chart(sub_path, dep.get("condition"))
+        if sub.library:
+            libraries.append(sub.name)
+        else:
+            subcharts.append(sub)
+    return Umbrella(umbrella, subcharts, tuple(libraries))
 
 
 def merge(base: Values, override: Values, *, drop_nulls: bool = True) -> Values:
@@ -194,12 +204,14 @@ def _path(prefix: str, parts: Any) -> str:
     return out or "(root)"
 
 
-def _describe(error: SchemaError, prefix: str) -> list[str]:
-    """One jsonschema error as `path: message` lines a person can act on."""
+def _describe(error: SchemaError, prefix: str, hidden: tuple[str, ...] = ()) -> list[str]:
+    """One jsonschema error as `path: message` lines a person can act on. `hidden`: keys
+    of the schema at the values' root never offered as allowed (the library charts')."""
     where = _path(prefix, error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(schema.get("properties", {}))
+        offered = set(schema.get("properties", {})) - set(hidden if where == "(root)" else ())
+        allowed = sorted(offered)
         extra = sorted(k for k in error.instance if k not in schema.get("properties", {}))
         hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
         lines = []
@@ -232,13 +244,15 @@ def _describe(error: SchemaError, prefix: str) -> list[str]:
     return [f"{where}: {message}"]
 
 
-def _schema_problems(schema: dict[str, Any] | None, instance: Values, prefix: str) -> list[str]:
+def _schema_problems(
+    schema: dict[str, Any] | None, instance: Values, prefix: str, hidden: tuple[str, ...] = ()
+) -> list[str]:
     if not schema:
         return []
     validator = Draft7Validator(schema)
     problems: list[str] = []
     for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
-        for line in _describe(error, prefix):
+        for line in _describe(error, prefix, hidden):
             if line not in problems:
                 problems.append(line)
     return problems
@@ -568,7 +582,9 @@ def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
         return [f"(root): values must be a mapping, got {type(user).__name__}"]
     umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
     values = effective_values(user, umbrella)
-    problems = _schema_problems(_closed_global(umbrella.chart.schema), values, "")
+    problems = _schema_problems(
+        _closed_global(umbrella.chart.schema), values, "", umbrella.libraries
+    )
     for sub in umbrella.subcharts:
         if _enabled(values, sub.condition):
             section = _subchart_values(values, sub)

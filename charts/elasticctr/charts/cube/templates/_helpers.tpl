@@ -1,49 +1,14 @@
-{{/* Names, labels and images of the cube subchart. Every define is prefixed "cube.":
+{{/* The cube subchart's own helpers; its names, labels and image come from the common
+library (elasticctr.component.*, name "cube"). Every define here is prefixed "cube.":
 define names are global across the umbrella and its subcharts. */}}
 
-{{- define "cube.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{/* Always <release>-<chart>: other parts reach this one by that name (no "contains" shortcut). */}}
-{{- define "cube.fullname" -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{- define "cube.chart" -}}
-{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{/* Selector labels: name + instance only (selectors are immutable). */}}
-{{- define "cube.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "cube.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end -}}
-
-{{- define "cube.labels" -}}
-helm.sh/chart: {{ include "cube.chart" . }}
-{{ include "cube.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/part-of: elasticctr
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.global.commonLabels }}
-{{ toYaml . }}
-{{- end }}
-{{- end -}}
-
-{{/* Image reference (elasticctr.image): <registry>/<repository>/<name>, @<digest> or :<tag>. */}}
-{{- define "cube.image" -}}
-{{- include "elasticctr.image" (dict "ctx" . "image" .Values.image) -}}
-{{- end -}}
-
-
 {{- define "cube.headless" -}}
-{{- printf "%s-headless" (include "cube.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-headless" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube")) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Comma-separated shard base URLs, shard 0 first (ELASTICCTR_CUBE_SHARDS). */}}
 {{- define "cube.shardUrls" -}}
-{{- $f := include "cube.fullname" . -}}
+{{- $f := include "elasticctr.component.fullname" (dict "ctx" . "name" "cube") -}}
 {{- $h := include "cube.headless" . -}}
 {{- $urls := list -}}
 {{- range $i := until (int .Values.shards) -}}
@@ -53,7 +18,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "cube.adminSecretName" -}}
-{{- .Values.adminToken.existingSecret | default (printf "%s-admin" (include "cube.fullname" .)) -}}
+{{- .Values.adminToken.existingSecret | default (printf "%s-admin" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube"))) -}}
 {{- end -}}
 
 {{- define "cube.modelStore" -}}
@@ -61,7 +26,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "cube.sharedClaim" -}}
-{{- .Values.sharedStorage.existingClaim | default (printf "%s-root" (include "cube.fullname" .)) -}}
+{{- .Values.sharedStorage.existingClaim | default (printf "%s-root" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube"))) -}}
 {{- end -}}
 
 {{/* Env shared by shards and cube-transfer. */}}
@@ -74,7 +39,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - name: ELASTICCTR_CUBE_SHARDS
   valueFrom:
     configMapKeyRef:
-      name: {{ include "cube.fullname" . }}-endpoints
+      name: {{ include "elasticctr.component.fullname" (dict "ctx" . "name" "cube") }}-endpoints
       key: shards
 - name: ELASTICCTR_CUBE_ADMIN_TOKEN
   valueFrom:
@@ -86,7 +51,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* cube-transfer's account (transfer.serviceAccount): its name, else <release>-cube-transfer
 when created, else default. */}}
 {{- define "cube.transferServiceAccountName" -}}
-{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.transfer.serviceAccount "name" (printf "%s-transfer" (include "cube.fullname" .))) -}}
+{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.transfer.serviceAccount "name" (printf "%s-transfer" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube")))) -}}
 {{- end -}}
 
 {{/* The pod spec both cube workloads share (args: the chart's context, plus `transfer`
@@ -98,7 +63,7 @@ rbac.yaml); the shards never get one. */}}
 serviceAccountName: {{ include "cube.transferServiceAccountName" . }}
 automountServiceAccountToken: {{ .Values.transfer.scenarios }}
 {{- else }}
-serviceAccountName: {{ include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "cube.fullname" .)) }}
+serviceAccountName: {{ include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube"))) }}
 automountServiceAccountToken: false
 {{- end }}
 {{- with .Values.global.image.pullSecrets }}
@@ -109,7 +74,7 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "cube.selectorLabels" .) .component | fromYaml }}
+{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "elasticctr.component.selectorLabels" (dict "ctx" . "name" "cube")) .component | fromYaml }}
 {{- with include "elasticctr.podPlacement" (dict "v" .Values "selector" $selector) }}
 {{ . }}
 {{- end }}

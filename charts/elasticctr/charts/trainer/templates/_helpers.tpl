@@ -1,44 +1,10 @@
-{{/* Names, labels and images of the trainer subchart. Every define is prefixed "trainer.":
+{{/* The trainer subchart's own helpers; its names, labels and image come from the common
+library (elasticctr.component.*, name "trainer"). Every define here is prefixed "trainer.":
 define names are global across the umbrella and its subcharts. */}}
-
-{{- define "trainer.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{/* Always <release>-<chart>: other parts reach this one by that name (no "contains" shortcut). */}}
-{{- define "trainer.fullname" -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{- define "trainer.chart" -}}
-{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{/* Selector labels: name + instance only (selectors are immutable). */}}
-{{- define "trainer.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "trainer.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end -}}
-
-{{- define "trainer.labels" -}}
-helm.sh/chart: {{ include "trainer.chart" . }}
-{{ include "trainer.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/part-of: elasticctr
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.global.commonLabels }}
-{{ toYaml . }}
-{{- end }}
-{{- end -}}
-
-{{/* Image reference (elasticctr.image): <registry>/<repository>/<name>, @<digest> or :<tag>. */}}
-{{- define "trainer.image" -}}
-{{- include "elasticctr.image" (dict "ctx" . "image" .Values.image) -}}
-{{- end -}}
 
 {{/* The job's account: serviceAccount.name, else <release>-trainer when created, else default. */}}
 {{- define "trainer.serviceAccountName" -}}
-{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "trainer.fullname" .)) -}}
+{{- include "elasticctr.serviceAccountName" (dict "sa" .Values.serviceAccount "name" (include "elasticctr.component.fullname" (dict "ctx" . "name" "trainer"))) -}}
 {{- end -}}
 
 {{/* The platform release whose fileserver, MLflow, cube and serving this job uses: this
@@ -92,7 +58,7 @@ elasticctr.io/scenario: {{ include "trainer.scenario" . | default "default" }}
 {{- end -}}
 
 {{- define "trainer.stagingClaim" -}}
-{{- .Values.staging.existingClaim | default (printf "%s-staging" (include "trainer.fullname" .)) -}}
+{{- .Values.staging.existingClaim | default (printf "%s-staging" (include "elasticctr.component.fullname" (dict "ctx" . "name" "trainer"))) -}}
 {{- end -}}
 
 {{/* ElasticCTR data.config: shell-style env file (HDFS_UGI comes from a Secret instead).

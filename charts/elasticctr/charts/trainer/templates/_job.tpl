@@ -73,7 +73,7 @@ tasks:
 {{- define "trainer.podTemplate" -}}
 {{- $ctx := .ctx -}}
 {{- $v := $ctx.Values -}}
-{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "trainer.selectorLabels" $ctx) .role }}
+{{- $selector := printf "%s\napp.kubernetes.io/component: %s" (include "elasticctr.component.selectorLabels" (dict "ctx" $ctx "name" "trainer")) .role }}
 {{- $labels := printf "%s\napp.kubernetes.io/part-of: elasticctr\n%s" $selector (include "trainer.scenarioLabels" $ctx) }}
 {{- /* Volcano's preempt and reclaim actions evict trainers only (and never below the gang). */}}
 {{- $annotations := printf "checksum/config: %s\nvolcano.sh/preemptable: %s" (include "trainer.configData" $ctx | sha256sum) (eq .role "trainer" | quote) }}
@@ -102,10 +102,10 @@ spec:
   securityContext:
     {{- toYaml $v.podSecurityContext | nindent 4 }}
   {{- with include "elasticctr.podPlacement" (dict "v" $v "selector" (fromYaml $selector)) }}{{ . | nindent 2 }}{{ end }}
-  {{- with include "elasticctr.volumePermissions" (dict "ctx" $ctx "image" (include "trainer.image" $ctx) "volumes" (dict "staging" "/var/lib/elasticctr/staging")) }}{{ . | nindent 2 }}{{ end }}
+  {{- with include "elasticctr.volumePermissions" (dict "ctx" $ctx "image" (include "elasticctr.component.image" (dict "ctx" $ctx "name" "trainer")) "volumes" (dict "staging" "/var/lib/elasticctr/staging")) }}{{ . | nindent 2 }}{{ end }}
   containers:
     - name: {{ .role }}
-      image: {{ include "trainer.image" $ctx }}
+      image: {{ include "elasticctr.component.image" (dict "ctx" $ctx "name" "trainer") }}
       imagePullPolicy: {{ $v.global.image.pullPolicy }}
       command: ["ectl"]
       args: {{ .args | toJson }}
@@ -222,12 +222,12 @@ spec:
   volumes:
     - name: config
       secret:
-        secretName: {{ include "trainer.fullname" $ctx }}-config
+        secretName: {{ include "elasticctr.component.fullname" (dict "ctx" $ctx "name" "trainer") }}-config
         items:
           - {key: values.yaml, path: values.yaml}
     - name: data-config
       configMap:
-        name: {{ include "trainer.fullname" $ctx }}-data
+        name: {{ include "elasticctr.component.fullname" (dict "ctx" $ctx "name" "trainer") }}-data
     - name: tmp
       emptyDir: {}
     - name: work
@@ -238,7 +238,7 @@ spec:
     {{- if eq .role "coordinator" }}
     - name: scale
       configMap:
-        name: {{ include "trainer.fullname" $ctx }}-scale
+        name: {{ include "elasticctr.component.fullname" (dict "ctx" $ctx "name" "trainer") }}-scale
         # A job of an older chart revision may outlive the ConfigMap's first install.
         optional: true
     {{- end }}
