@@ -48,13 +48,16 @@ def test_chart_value_equals_the_python_default(sub, path, python):
 
 @pytest.mark.fast
 def test_fixed_ports_of_the_cube_templates_are_the_constants():
-    """Shard and cube-transfer ports are not values: the templates state the constants
-    (cube-transfer's port is `--listen`'s default, so the container only declares it)."""
+    """Shard and cube-transfer ports are not values: the templates take the constants from
+    the library's elasticctr.port (tests/chart/test_ports.py checks its numbers), and
+    cube-transfer's port is `--listen`'s default, so the container only declares it."""
     templates = CHART / "charts" / "cube" / "templates"
     shards = (templates / "statefulset.yaml").read_text()
-    assert f"containerPort: {C.CUBE_PORT}\n" in shards
+    assert 'containerPort: {{ include "elasticctr.port" "cube" }}\n' in shards
     transfer = (templates / "transfer-deployment.yaml").read_text()
-    assert re.findall(r"containerPort: (\d+)", transfer) == [str(C.CUBE_TRANSFER_PORT)]
+    assert re.findall(r"containerPort: (.+)", transfer) == [
+        '{{ include "elasticctr.port" "cubeTransfer" }}'
+    ]
     assert "- --listen" not in transfer  # the default of the option, not an argument
 
 

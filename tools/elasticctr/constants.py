@@ -123,7 +123,8 @@ ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
 CUBE_PORT = 8500
 CUBE_TRANSFER_PORT = 8510
 """cube-transfer's status server (/healthz, /readyz, /v1/status; `--listen`). The chart's
-transfer container declares it (tests/unit/test_chart_defaults.py keeps them equal)."""
+transfer container declares it. The chart states every port of this module once, in its
+common library's elasticctr.port (tests/chart/test_ports.py keeps them equal)."""
 
 # --- training roles (Paddle Fleet parameter server) ------------------------------------
 # One environment contract for local processes and pods; see docs/training.md. The PADDLE_*
@@ -239,6 +240,9 @@ ENV_MLFLOW_REGISTERED_MODEL = "ELASTICCTR_MLFLOW_REGISTERED_MODEL"
 ENV_MLFLOW_FLUSH_SECONDS = "ELASTICCTR_MLFLOW_FLUSH_SECONDS"
 """How long a trainer's exit waits for MLflow updates still queued (tracking server down)."""
 DEFAULT_MLFLOW_FLUSH_SECONDS = 120.0
+MLFLOW_PORT = 5000
+"""The tracking server's port in the chart (container and Service): the default
+global.mlflow.trackingUri is http://<release>-mlflow:5000 (the chart's elasticctr.port)."""
 DEFAULT_MLFLOW_REGISTERED_MODEL = "elasticctr"
 MLFLOW_TAG_VERSION = "elasticctr.version"
 """Tag naming the model version id (YYYYMMDD/HH): on registered model versions (training)

@@ -31,7 +31,7 @@ from elasticctr.cli._common import (
     Target,
     console,
 )
-from elasticctr.constants import DONEFILE
+from elasticctr.constants import DONEFILE, MLFLOW_PORT
 from elasticctr.errors import EctlError
 from elasticctr.versions import VERSIONS_DIR, is_version_id
 
@@ -440,7 +440,7 @@ def collect_status(target: Target) -> dict[str, Any]:
             {
                 "url": f"http://{mlflow.metadata.name}.{namespace}.svc:{mlflow.spec.ports[0].port}",
                 "portForward": f"ectl port-forward mlflow -R {target.release} -n {namespace} "
-                "-p 5000",
+                f"-p {MLFLOW_PORT}",
             }
             if mlflow
             else {"unavailable": "mlflow disabled (or external: see global.mlflow.trackingUri)"}

@@ -23,7 +23,7 @@ the same URL, user and credentials.
 {{/* The platform's model store URL (before a scenario's own folder): global.modelStore, or the
 platform fileserver's /models. Scenario folders: elasticctr.scenarios.store_url. */}}
 {{- define "elasticctr.modelStore" -}}
-{{- $url := .Values.global.modelStore | default (printf "http://%s-fileserver:8080/models" (include "elasticctr.platform" .)) -}}
+{{- $url := .Values.global.modelStore | default (printf "http://%s-fileserver:%s/models" (include "elasticctr.platform" .) (include "elasticctr.port" "fileserver")) -}}
 {{- include "elasticctr.hdfsUrl" (dict "ctx" . "url" $url) -}}
 {{- end -}}
 

@@ -10,9 +10,10 @@ define names are global across the umbrella and its subcharts. */}}
 {{- define "cube.shardUrls" -}}
 {{- $f := include "elasticctr.component.fullname" (dict "ctx" . "name" "cube") -}}
 {{- $h := include "cube.headless" . -}}
+{{- $port := include "elasticctr.port" "cube" -}}
 {{- $urls := list -}}
 {{- range $i := until (int .Values.shards) -}}
-{{- $urls = append $urls (printf "http://%s-%d.%s.%s.svc:8500" $f $i $h $.Release.Namespace) -}}
+{{- $urls = append $urls (printf "http://%s-%d.%s.%s.svc:%s" $f $i $h $.Release.Namespace $port) -}}
 {{- end -}}
 {{- join "," $urls -}}
 {{- end -}}

@@ -11,5 +11,5 @@ define names are global across the umbrella and its subcharts. */}}
 {{- end -}}
 
 {{- define "serving.trackingUri" -}}
-{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" .Release.Name) -}}
+{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:%s" .Release.Name (include "elasticctr.port" "mlflow")) -}}
 {{- end -}}

@@ -35,12 +35,12 @@ own folder of it for a named scenario). */}}
 {{- if .Values.global.data.path -}}
 {{- .Values.global.data.path -}}
 {{- else -}}
-{{- include "trainer.scenarioUrl" (dict "ctx" . "base" (printf "http://%s-fileserver:8080/data" (include "trainer.platform" .))) -}}
+{{- include "trainer.scenarioUrl" (dict "ctx" . "base" (printf "http://%s-fileserver:%s/data" (include "trainer.platform" .) (include "elasticctr.port" "fileserver"))) -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "trainer.trackingUri" -}}
-{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:5000" (include "trainer.platform" .)) -}}
+{{- .Values.global.mlflow.trackingUri | default (printf "http://%s-mlflow:%s" (include "trainer.platform" .) (include "elasticctr.port" "mlflow")) -}}
 {{- end -}}
 
 {{/* Pod labels that tie a job to its platform and scenario (NetworkPolicies, registry). */}}
