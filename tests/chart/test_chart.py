@@ -145,30 +145,65 @@ def test_ectl_validate_rejects_the_same_bad_values(user, message):
     assert chart_values.validate(user, CHART)
 
 
-def _helm_problems(helm, user: dict, tmp_path) -> list[str]:
+SCHEMA_FAILED = "values don't meet the specifications of the schema(s)"
+
+
+def _pointer_path(chart: str, pointer: str) -> str:
+    """Helm's `at '/a/0/b~1c'` of chart `chart` as ectl names the value: `x.a[0].b/c`."""
+    path = "" if chart == "elasticctr" else chart
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        path = f"{path}[{part}]" if part.isdigit() else (f"{path}.{part}" if path else part)
+    return path or "(root)"
+
+
+def _helm_schema_paths(stderr: str) -> list[str]:
+    """The values a failed schema check of helm names (each once, sorted)."""
+    paths, chart = set(), None
+    for line in stderr.split(SCHEMA_FAILED, 1)[1].splitlines():
+        if re.fullmatch(r"[a-z]+:", line):
+            chart = line[:-1]
+        elif match := re.match(r"^\s*- at '([^']*)'", line):
+            paths.add(_pointer_path(chart, match.group(1)))
+    return sorted(paths)
+
+
+def _helm_problems(helm, user: dict, tmp_path) -> tuple[list[str], list[str]]:
+    """What helm reports: (the paths its schema check names, the template's cross-field
+    problems). A failed schema check stops helm before the templates: one of the two is
+    empty."""
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(user))
     rendered = render(helm, "-f", str(values))
     if rendered.returncode == 0:
-        return []
+        return [], []
     text = rendered.stderr
+    if SCHEMA_FAILED in text:
+        return _helm_schema_paths(text), []
     assert "values are invalid:" in text, text
     block = text.split("values are invalid:", 1)[1]
-    return [line.strip() for line in block.splitlines() if re.match(r"^\s+\S+: ", line)]
+    return [], [line.strip() for line in block.splitlines() if re.match(r"^\s+\S+: ", line)]
 
 
+def _ectl_problems(user: dict) -> tuple[list[str], list[str]]:
+    """ectl validate's problems split like helm's: (the paths of the schema problems,
+    sorted; the cross-field problems of elasticctr.validateValues' rules, in order)."""
+    problems = chart_values.validate(user, CHART)
+    rules = chart_values.cross_field_problems(chart_values.effective_values(user, CHART))
+    schema = sorted({p.split(": ", 1)[0] for p in problems if p not in rules})
+    return schema, [p for p in problems if p in rules]
+
+
+# Each case breaks either only schemas (helm's check stops the render) or only the
+# templates' rules, so that every rule is compared with what helm says about it.
 AGREEMENT_CASES = [
     {},
     {"trainer": {"trainer": {"replicas": 1, "minReplicas": 3}}},
     {"trainer": {"model": {"name": "lr", "embeddingDim": 4, "crossLayers": 2}}},
     {"fileserver": {"enabled": False}},
     {"global": {"data": {"path": "hdfs:///d", "endDateHour": "20190101/00"}}},
-    {
-        "serving": {
-            "autoscaling": {"minReplicas": 4, "maxReplicas": 2},
-            "ingress": {"enabled": True},
-        }
-    },
+    {"serving": {"autoscaling": {"minReplicas": 4, "maxReplicas": 2}}},
+    {"serving": {"ingress": {"enabled": True}}},
     {"mlflow": {"backendStore": {"type": "external"}, "ingress": {"enabled": True}}},
     {"cube": {"enabled": False}},
     {"mlflow": {"enabled": False}},
@@ -177,7 +212,10 @@ AGREEMENT_CASES = [
     {"cube": {"shards": 3, "podDisruptionBudget": {"maxUnavailable": 5}}},
     {"cube": {"transfer": {"serviceAccount": {"create": False}}}},
     {"cube": {"transfer": {"scenarios": False, "serviceAccount": {"create": False}}}},
-    {"fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}}},
+    {
+        "fileserver": {"auth": {"token": "0123456789abcdef", "existingSecret": "s"}},
+        "trainer": {"fileserverToken": {"existingSecret": "s"}},
+    },
     {
         "serving": {
             "autoscaling": {"enabled": False},
@@ -198,18 +236,40 @@ AGREEMENT_CASES = [
     {
         "trainer": {
             "volcano": {
-                "priorityClasses": {"create": True, "trainer": "t", "trainerValue": 10**6},
+                "priorityClasses": {"create": True, "trainer": "t"},
                 "createQueue": {"enabled": True},
             }
         }
     },
+    {
+        "trainer": {
+            "volcano": {
+                "priorityClasses": {
+                    "create": True,
+                    "guaranteed": "g",
+                    "trainer": "t",
+                    "trainerValue": 10**6,
+                }
+            }
+        }
+    },
+    {"trainer": {"enabled": False, "volcano": {"priorityClasses": {"create": True}}}},
     {"trainer": {"volcano": {"priorityClasses": {"guaranteed": "same", "trainer": "same"}}}},
     # A scenario release: only its training job, the platform serves it.
     {
         "global": {"scenario": {"name": "coupon", "platform": "ctr"}},
         **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
     },
-    {"global": {"scenario": {"name": "coupon"}}, "trainer": {"enabled": False}},
+    {"global": {"scenario": {"name": "coupon", "platform": "ctr"}}, "trainer": {"enabled": False}},
+    {  # no platform: the stores the platform would give must be named for its rules
+        "global": {
+            "scenario": {"name": "coupon"},
+            "data": {"path": "hdfs://nn:8020/d"},
+            "modelStore": "hdfs://nn:8020/m",
+            "mlflow": {"trackingUri": "http://mlflow:5000"},
+        },
+        **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+    },
     {
         "fileserver": {"enabled": False},
         "global": {
@@ -240,7 +300,16 @@ AGREEMENT_CASES = [
     "user", AGREEMENT_CASES, ids=lambda u: yaml.safe_dump(u, default_flow_style=True).strip()
 )
 def test_helm_and_ectl_validate_report_the_same_problems(helm, user, tmp_path):
-    assert _helm_problems(helm, user, tmp_path) == chart_values.validate(user, CHART)
+    """The same problems: the cross-field rules of the templates line by line; the rules of
+    the schemas (and every other schema problem) by the value they name, since helm prints
+    its validator's words and ectl the rule's errorMessage."""
+    helm_schema, helm_rules = _helm_problems(helm, user, tmp_path)
+    ectl_schema, ectl_rules = _ectl_problems(user)
+    assert helm_schema == ectl_schema
+    if not helm_schema:
+        assert helm_rules == ectl_rules
+    else:
+        assert not ectl_rules, "a case breaking a schema must break no template rule"
 
 
 @pytest.mark.parametrize("model", sorted(chart_values.model_hyperparameters()))
@@ -251,7 +320,7 @@ def test_chart_knows_the_zoo_hyperparameters(helm, model, tmp_path):
     samples = {"hiddenUnits": [4], "cinLayers": [4], "optimizer": "sgd"}
     model_values = {key: samples.get(key, 1) for key in sorted(every)}
     user = {"trainer": {"model": {"name": model, **model_values}}}
-    helm_says = _helm_problems(helm, user, tmp_path)
+    _, helm_says = _helm_problems(helm, user, tmp_path)
     assert helm_says == chart_values.validate(user, CHART)
     rejected = {line.split(":")[0].rsplit(".", 1)[1] for line in helm_says}
     assert rejected == every - chart_values.model_hyperparameters()[model]

@@ -166,8 +166,22 @@ def test_disabled_subchart_is_not_schema_checked(chart):
     )
 
 
-# Each cross-field rule of elasticctr.validateValues, with its exact message.
+# Each cross-field rule, with its exact message: those of elasticctr.validateValues, and
+# those a values.schema.json states (`if`/`then`, `allOf`), whose `errorMessage` ectl prints.
 RULES = [
+    (
+        {
+            "global": {
+                "scenario": {"name": "coupon"},
+                "data": {"path": "hdfs://nn:8020/d"},
+                "modelStore": "hdfs://nn:8020/m",
+                "mlflow": {"trackingUri": "http://mlflow:5000"},
+            },
+            **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+        },
+        "global.scenario.platform: required with global.scenario.name (the platform release "
+        "that serves the scenario; ectl scenario add --platform sets it)",
+    ),
     (
         {"trainer": {"trainer": {"replicas": 2, "minReplicas": 3}}},
         "trainer.trainer.minReplicas: 3 is more than trainer.trainer.replicas (2)",
@@ -201,7 +215,9 @@ RULES = [
     ),
     (
         {"trainer": {"volcano": {"priorityClasses": {"create": True, "guaranteed": "ps"}}}},
-        "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer",
+        "trainer.volcano.priorityClasses.trainer: required when "
+        "trainer.volcano.priorityClasses.create is true (creating the classes needs both "
+        "names, guaranteed and trainer)",
     ),
     (
         {
@@ -289,6 +305,39 @@ def test_cross_field_rule(user, message, chart):
     assert V.validate(user, chart) == [message]
 
 
+def _error_messages(node) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["errorMessage"]] if isinstance(node.get("errorMessage"), str) else []
+        return own + [m for v in node.values() for m in _error_messages(v)]
+    if isinstance(node, list):
+        return [m for v in node for m in _error_messages(v)]
+    return []
+
+
+def test_every_schema_rule_has_a_case_and_sits_apart(chart):
+    """Every `errorMessage` of the schemas is printed by some case of RULES; and each sits in
+    a subschema of its rule alone (an `if`/`then` leaf or an `allOf` item), never beside
+    `properties` or `type`, where it would also be printed for any other failure there."""
+    messages = [m for c in (chart.chart, *chart.subcharts) for m in _error_messages(c.schema)]
+    assert len(messages) == 9
+    printed = [m.split(": ", 1)[1] for _, m in RULES]
+    assert [m for m in messages if m not in printed] == []
+
+    def owners(node):
+        if isinstance(node, dict):
+            if "errorMessage" in node:
+                yield node
+            for v in node.values():
+                yield from owners(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from owners(v)
+
+    for c in (chart.chart, *chart.subcharts):
+        for node in owners(c.schema):
+            assert not {"properties", "type", "description"} & set(node), (c.name, node)
+
+
 def test_every_part_that_sends_the_fileserver_token_reads_the_fileservers_secret(chart):
     """trainer (uploads) always; cube-transfer and serving (reads) when reads are protected:
     each must name the fileserver's existing Secret and key, or it sends no token (401)."""
@@ -313,6 +362,8 @@ def test_every_part_that_sends_the_fileserver_token_reads_the_fileservers_secret
 
 
 def test_all_cross_field_problems_are_reported_together(chart):
+    """Helm stops at a failed schema check; ectl reports everything at once: the schemas'
+    problems (umbrella, then each subchart) before the templates' rules."""
     problems = V.validate(
         {
             "trainer": {"trainer": {"replicas": 1, "minReplicas": 2}},
@@ -322,9 +373,9 @@ def test_all_cross_field_problems_are_reported_together(chart):
         chart,
     )
     assert [p.split(":")[0] for p in problems] == [
-        "trainer.trainer.minReplicas",
-        "serving.ingress.host",
         "mlflow.ingress.host",
+        "serving.ingress.host",
+        "trainer.trainer.minReplicas",
     ]
 
 

@@ -5,9 +5,11 @@ subchart's `values.yaml` (defaults) and `values.schema.json`, merges user values
 over them with Helm's rules, validates each chart's schema against the part of the values
 Helm gives that chart, and applies the same cross-field rules as the chart's
 `elasticctr.validateValues` helper (charts/elasticctr/templates/_helpers.tpl), with the
-same messages. Every problem comes back as one `path: message` string. Library charts
-(Chart.yaml `type: library`, the umbrella's `common`) hold named templates only: they
-take no values, so they are neither loaded as a part nor offered as a values key.
+same messages. Cross-field rules a schema states (`if`/`then`, `allOf`) come with the
+schemas; their `errorMessage` (which Helm ignores) is what `ectl validate` prints. Every
+problem comes back as one `path: message` string. Library charts (Chart.yaml `type:
+library`, the umbrella's `common`) hold named templates only: they take no values, so
+they are neither loaded as a part nor offered as a values key.
 
 It owns no chart content and never shells out to helm (so `ectl validate` works without
 helm installed); tests/chart compares its answers with helm's.
@@ -209,6 +211,10 @@ def _describe(error: SchemaError, prefix: str, hidden: tuple[str, ...] = ()) -> 
     of the schema at the values' root never offered as allowed (the library charts')."""
     where = _path(prefix, error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
+    if isinstance(schema.get("errorMessage"), str):
+        # A cross-field rule of a schema (`if`/`then`, an `allOf` item): the subschema that
+        # failed says what is wrong. Helm's validator ignores the keyword and prints its own.
+        return [f"{where}: {schema['errorMessage']}"]
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         offered = set(schema.get("properties", {})) - set(hidden if where == "(root)" else ())
         allowed = sorted(offered)
@@ -285,7 +291,9 @@ def model_hyperparameters() -> dict[str, set[str]]:
 
 
 def cross_field_problems(values: Values) -> list[str]:
-    """The chart's `elasticctr.validateValues` rules, same order and messages.
+    """The chart's `elasticctr.validateValues` rules, same order and messages: the rules no
+    schema can state. The others are in the schemas (`if`/`then`, `allOf`), each with the
+    `errorMessage` `_describe` prints.
 
     A rule whose inputs have the wrong type is skipped: the schema already reports them.
     """
@@ -309,11 +317,6 @@ def cross_field_problems(values: Values) -> list[str]:
     # A scenario of a platform release uses the platform's fileserver and MLflow.
     on_platform = bool(sc.get("name") and sc.get("platform"))
     if sc.get("name"):
-        if not sc.get("platform"):
-            problems.append(
-                "global.scenario.platform: required with global.scenario.name (the platform "
-                "release that serves the scenario; ectl scenario add --platform sets it)"
-            )
         parts = [p for p in ("fileserver", "mlflow", "cube", "serving") if on(p)]
         if parts:
             problems.append(
@@ -365,22 +368,8 @@ def cross_field_problems(values: Values) -> list[str]:
                 "without a namenode"
             )
         )
-        vol = _dig(values, "trainer.volcano", {})
-        rule(
-            lambda: (
-                (vol["createQueue"]["enabled"] and vol["queue"] == "default")
-                and "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; "
-                "name this release's queue in trainer.volcano.queue"
-            )
-        )
     # Also a platform without a training job creates the classes for its scenarios.
     pc = _dig(values, "trainer.volcano.priorityClasses", {}) or {}
-    rule(
-        lambda: (
-            (pc["create"] and not (pc["guaranteed"] and pc["trainer"]))
-            and "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer"
-        )
-    )
     rule(
         lambda: (
             (pc["create"] and _int(pc["trainerValue"]) >= _int(pc["guaranteedValue"]))
@@ -455,16 +444,6 @@ def cross_field_problems(values: Values) -> list[str]:
                 )
 
     rule(fileserver_tokens)
-    rule(
-        lambda: (
-            (
-                fileserver
-                and _dig(values, "fileserver.auth.token")
-                and _dig(values, "fileserver.auth.existingSecret")
-            )
-            and "fileserver.auth: set token or existingSecret, not both"
-        )
-    )
     if on("serving"):
         s = values.get("serving") or {}
         rule(
@@ -502,30 +481,6 @@ def cross_field_problems(values: Values) -> list[str]:
                     )
 
         rule(pdb)
-        rule(
-            lambda: (
-                (s["ingress"]["enabled"] and not s["ingress"].get("host"))
-                and "serving.ingress.host: required when serving.ingress.enabled"
-            )
-        )
-    if on("mlflow"):
-        m = values.get("mlflow") or {}
-        rule(
-            lambda: (
-                (
-                    m["backendStore"]["type"] == "external"
-                    and not m["backendStore"].get("existingSecret")
-                )
-                and "mlflow.backendStore.existingSecret: required when mlflow.backendStore.type is "
-                "external"
-            )
-        )
-        rule(
-            lambda: (
-                (m["ingress"]["enabled"] and not m["ingress"].get("host"))
-                and "mlflow.ingress.host: required when mlflow.ingress.enabled"
-            )
-        )
     rule(
         lambda: (
             not on("mlflow")
@@ -549,19 +504,6 @@ def cross_field_problems(values: Values) -> list[str]:
                 )
 
         rule(cube_pdb)
-
-        def transfer_account():
-            t = values["cube"]["transfer"]
-            sa = t["serviceAccount"]
-            if t["scenarios"] and not sa["create"] and not sa["name"]:
-                return (
-                    "cube.transfer.serviceAccount.name: required when "
-                    "cube.transfer.serviceAccount.create is false and cube.transfer.scenarios "
-                    "is on (its Role, which reads the scenario registrations, would be bound "
-                    "to the namespace's default account)"
-                )
-
-        rule(transfer_account)
     return problems
 
 

@@ -3,10 +3,13 @@ The helpers the subcharts share too (names, labels, images, stores, pod settings
 metrics) are in the common library, charts/common. */}}
 
 {{/*
-Cross-field rules that one schema cannot express (schemas check each chart's own keys).
+Cross-field rules that no schema can express: comparisons of two values, messages naming
+what is set, rules across subcharts. A rule the schema of the chart owning its keys can
+state exactly (a conditional `if`/`then`, an `allOf` item) lives there instead, with an
+`errorMessage` that `ectl validate` prints (docs/chart.md, "Cross-field rules").
 Collects every problem as "path: message" and fails once, listing all of them.
 tools/elasticctr/values.py implements the same rules with the same messages for
-`ectl validate`; keep both in step (tests/unit/test_values.py renders both).
+`ectl validate`; keep both in step (tests/chart/test_chart.py renders both).
 */}}
 {{- define "elasticctr.validateValues" -}}
 {{- $v := .Values -}}
@@ -16,9 +19,6 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- /* A scenario of a platform release uses the platform's fileserver and MLflow. */ -}}
 {{- $onPlatform := and $g.scenario.name $g.scenario.platform -}}
 {{- if $g.scenario.name -}}
-  {{- if not $g.scenario.platform -}}
-    {{- $errs = append $errs "global.scenario.platform: required with global.scenario.name (the platform release that serves the scenario; ectl scenario add --platform sets it)" -}}
-  {{- end -}}
   {{- $parts := list -}}
   {{- range $part := list "fileserver" "mlflow" "cube" "serving" -}}
     {{- if (index $v $part).enabled -}}{{- $parts = append $parts $part -}}{{- end -}}
@@ -54,16 +54,9 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if and (hasPrefix "hdfs:///" $g.data.path) (not $g.data.hdfsAddress) -}}
     {{- $errs = append $errs "global.data.hdfsAddress: required when global.data.path is an hdfs:/// URL without a namenode" -}}
   {{- end -}}
-  {{- $vol := $v.trainer.volcano -}}
-  {{- if and $vol.createQueue.enabled (eq $vol.queue "default") -}}
-    {{- $errs = append $errs "trainer.volcano.createQueue.enabled: the default queue is Volcano's own; name this release's queue in trainer.volcano.queue" -}}
-  {{- end -}}
 {{- end -}}
 {{- /* Also a platform without a training job creates the classes for its scenarios. */ -}}
 {{- $pc := $v.trainer.volcano.priorityClasses -}}
-{{- if and $pc.create (or (not $pc.guaranteed) (not $pc.trainer)) -}}
-  {{- $errs = append $errs "trainer.volcano.priorityClasses.create: needs both names, guaranteed and trainer" -}}
-{{- end -}}
 {{- if and $pc.create (ge (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
   {{- $errs = append $errs (printf "trainer.volcano.priorityClasses.trainerValue: %d must be lower than guaranteedValue (%d)" (int64 $pc.trainerValue) (int64 $pc.guaranteedValue)) -}}
 {{- end -}}
@@ -97,9 +90,6 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
     {{- end -}}
   {{- end -}}
 {{- end -}}
-{{- if and $fileserver $v.fileserver.auth.token $v.fileserver.auth.existingSecret -}}
-  {{- $errs = append $errs "fileserver.auth: set token or existingSecret, not both" -}}
-{{- end -}}
 {{- if $v.serving.enabled -}}
   {{- $s := $v.serving -}}
   {{- if not $v.cube.enabled -}}
@@ -115,29 +105,12 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
   {{- if and $s.podDisruptionBudget.enabled (ge (int $s.podDisruptionBudget.minAvailable) $minReplicas) -}}
     {{- $errs = append $errs (printf "serving.podDisruptionBudget.minAvailable: %d must be lower than the minimum replica count (%d), or no node could ever be drained" (int $s.podDisruptionBudget.minAvailable) $minReplicas) -}}
   {{- end -}}
-  {{- if and $s.ingress.enabled (not $s.ingress.host) -}}
-    {{- $errs = append $errs "serving.ingress.host: required when serving.ingress.enabled" -}}
-  {{- end -}}
-{{- end -}}
-{{- if $v.mlflow.enabled -}}
-  {{- if and (eq $v.mlflow.backendStore.type "external") (not $v.mlflow.backendStore.existingSecret) -}}
-    {{- $errs = append $errs "mlflow.backendStore.existingSecret: required when mlflow.backendStore.type is external" -}}
-  {{- end -}}
-  {{- if and $v.mlflow.ingress.enabled (not $v.mlflow.ingress.host) -}}
-    {{- $errs = append $errs "mlflow.ingress.host: required when mlflow.ingress.enabled" -}}
-  {{- end -}}
 {{- end -}}
 {{- if and (not $v.mlflow.enabled) (or $v.trainer.enabled $v.serving.enabled) (not $v.global.mlflow.trackingUri) (not $onPlatform) -}}
   {{- $errs = append $errs "global.mlflow.trackingUri: required when mlflow.enabled is false (training and serving report to MLflow; with no URI they would report to this release's MLflow, which is not deployed, and each trainer would wait minutes for it)" -}}
 {{- end -}}
 {{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
   {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every shard (%d) go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) -}}
-{{- end -}}
-{{- if $v.cube.enabled -}}
-  {{- $tsa := $v.cube.transfer.serviceAccount -}}
-  {{- if and $v.cube.transfer.scenarios (not $tsa.create) (not $tsa.name) -}}
-    {{- $errs = append $errs "cube.transfer.serviceAccount.name: required when cube.transfer.serviceAccount.create is false and cube.transfer.scenarios is on (its Role, which reads the scenario registrations, would be bound to the namespace's default account)" -}}
-  {{- end -}}
 {{- end -}}
 {{- if $errs -}}
 {{- fail (printf "\n\nvalues are invalid:\n  %s\n" (join "\n  " $errs)) -}}
