@@ -32,7 +32,14 @@ format: venv  ## apply ruff formatting and safe fixes
 # Two pytest-xdist workers: the e2e package (one cluster per machine, mostly waiting on
 # pods) beside the rest, one file per work unit (tests/conftest.py); TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
+# What `helm dependency build` leaves in a checkout (ignored, see .gitignore): `ct lint`
+# writes the umbrella's Chart.lock, and a build inside a subchart its Chart.lock and a
+# packed copy of the common library. A reused checkout keeps them across commits, and a
+# lock older than Chart.yaml's dependencies fails chart-testing ("out of sync").
+STALE_CHART_FILES := charts/*/Chart.lock charts/elasticctr/charts/*/Chart.lock \
+  charts/elasticctr/charts/*/charts/*.tgz
 test: venv tools lint images  ## the full suite (CI runs exactly this)
+	@rm -f $(STALE_CHART_FILES)
 	@source scripts/tools-env.sh && $(PYTEST) tests -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder --durations=40
 
