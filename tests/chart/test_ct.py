@@ -46,24 +46,36 @@ def ct_lint(chart_dir, cwd) -> subprocess.CompletedProcess:
     )
 
 
-def test_ct_lint_passes_with_every_ci_values_set():
+def chart_copy(tmp_path):
+    """The chart in `tmp_path/charts/elasticctr`: ct's `helm dependency build` writes a
+    Chart.lock into the chart it lints, and the checkout's chart is read by other tests at
+    the same time (a half-written lock fails their `helm template`); not the checkout's
+    ignored Chart.lock either (one older than Chart.yaml fails ct's build)."""
+    import shutil
+
+    copy = tmp_path / "charts" / "elasticctr"
+    shutil.copytree(CHART, copy, ignore=shutil.ignore_patterns("Chart.lock"))
+    return copy
+
+
+def test_ct_lint_passes_with_every_ci_values_set(tmp_path):
     require_tool("yamale")
-    proc = ct_lint(CHART, REPO)
+    copy = chart_copy(tmp_path)
+    proc = ct_lint(copy, tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     linted = set(re.findall(r'Linting chart with values file "([^"]+)"', out))
-    expected = {str(p.relative_to(REPO)) for p in (CHART / "ci").glob("*-values.yaml")}
-    assert {os.path.relpath(p, REPO) if os.path.isabs(p) else p for p in linted} == expected, out
+    expected = {str(p.relative_to(tmp_path)) for p in (copy / "ci").glob("*-values.yaml")}
+    assert {os.path.relpath(p, tmp_path) if os.path.isabs(p) else p for p in linted} == expected
+    assert expected == {
+        f"charts/elasticctr/ci/{p.name}" for p in (CHART / "ci").glob("*-values.yaml")
+    }
     assert "All charts linted successfully" in out
 
 
 def test_ct_lint_fails_on_a_broken_values_set(tmp_path):
     """The same check on a copy whose one ci values set breaks the schema fails, naming it."""
-    import shutil
-
-    copy = tmp_path / "charts" / "elasticctr"
-    # Not the checkout's ignored Chart.lock: one older than Chart.yaml fails ct's build.
-    shutil.copytree(CHART, copy, ignore=shutil.ignore_patterns("Chart.lock"))
+    copy = chart_copy(tmp_path)
     (copy / "ci" / "broken-values.yaml").write_text("trainer:\n  trainer:\n    replicas: two\n")
     proc = ct_lint(copy, tmp_path)
     out = proc.stdout + proc.stderr
