@@ -131,7 +131,19 @@ class SeaweedS3:
             "-s3.autoCreateBucket=false",  # a missing bucket must stay an error
         ]
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> SeaweedS3:
+    def start(self, timeout: float = START_TIMEOUT_S, attempts: int = 3) -> SeaweedS3:
+        """Start weed on free ports. A port found free can be taken by another process
+        before weed binds it (seen: the HDFS minicluster's JVM started just before, `s3
+        failed to listen on grpc port ...: address already in use`): then again on new
+        ports, up to `attempts` times."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                if attempt == attempts or "address already in use" not in self.log_tail(200):
+                    raise
+
+    def _start_once(self, timeout: float) -> SeaweedS3:
         weed = require_weed()
         started = time.monotonic()
         (self.base_dir / "data").mkdir(parents=True, exist_ok=True)
