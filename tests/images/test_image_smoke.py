@@ -1,13 +1,15 @@
 """One real job per image, run inside containers of the built images (docs/images.md):
 the fileserver serves and stores files, a cube shard loads a version and answers lookups,
 serving predicts from a version it downloads from the fileserver container over http://
-(fsspec + aiohttp inside the image), and a trainer trains hours of data read over http://
-against a pserver in a second container. Containers talk over a Docker network of their
-own; the test reaches them on published loopback ports. The MLflow image keeps runs in a
-real PostgreSQL (the production preset's backend store)."""
+(fsspec + aiohttp inside the image), and an elastic trainer leases byte ranges of an hour
+read over http:// from a coordinator container and trains them against a pserver container
+(the chart's Volcano Job: coordinator, pserver and trainer tasks). Containers talk over a
+Docker network of their own; the test reaches them on published loopback ports. The
+MLflow image keeps runs in a real PostgreSQL (the production preset's backend store)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -159,7 +161,13 @@ def test_serving_predicts_from_a_version_on_the_fileserver(docker, images, scrat
     assert f"samples=10 version={version}" in done.stderr
 
 
-def test_trainer_trains_against_a_pserver_container(docker, images, scratch):
+def test_elastic_trainer_trains_with_coordinator_and_pserver_containers(docker, images, scratch):
+    """The training image's three roles as the chart runs them (templates of
+    charts/elasticctr/charts/trainer: `ectl coordinator ... --from-checkpoint`, `ectl train
+    pserver`, `ectl train trainer` finding the coordinator through VC_COORDINATOR_HOSTS and
+    ELASTICCTR_COORDINATOR_PORT, every Paddle role with ELASTICCTR_TRAIN_ELASTIC=1): the
+    trainer leases the hour's byte ranges, trains them, exports the version, writes the
+    checkpoint and exits 0 once the coordinator says the job is finished."""
     from elasticctr.versions import verify_version
 
     root = scratch / "srv"
@@ -187,10 +195,22 @@ def test_trainer_trains_against_a_pserver_container(docker, images, scratch):
     values.chmod(0o644)
     network = docker.network(_name("net"))
     _fileserver(docker, images["fileserver"], root, network)
+    checkpoint = "/work/staging/checkpoint"
+    mounts = ["--network", network, "-v", f"{work}:/work", "--read-only", "--tmpfs", "/tmp"]
+    coord = _name("coordinator")
+    docker.start(
+        images["train"], "coordinator", "-f", "/work/values.yaml", "--host", "0.0.0.0",
+        "--port", "8300", "--lease-seconds", "30", "--task-mb", "0.01", "--poll-seconds", "0.5",
+        "--checkpoint-every", "1", "--from-checkpoint", checkpoint,
+        name=coord,
+        options=(*mounts, "--network-alias", "coordinator", "-p", "127.0.0.1::8300"),
+    )  # fmt: skip
+    progress_url = f"http://{docker.published(coord, 8300)}/v1/progress"
+    docker.wait_http(coord, progress_url)
     common = [
-        "--network", network, "-v", f"{work}:/work", "--read-only", "--tmpfs", "/tmp",
+        *mounts,
         "-e", "PADDLE_PSERVERS_IP_PORT_LIST=ps0:6170", "-e", "PADDLE_TRAINERS_NUM=1",
-        "-e", "PADDLE_GLOO_HTTP_ENDPOINT=ps0:6171", "-e", "ELASTICCTR_TRAIN_STAGING=/work/staging",
+        "-e", "ELASTICCTR_TRAIN_STAGING=/work/staging", "-e", "ELASTICCTR_TRAIN_ELASTIC=1",
         "-e", "FLAGS_enable_pir_api=0", "-e", "GLOG_minloglevel=2",
     ]  # fmt: skip
     ps = _name("ps0")
@@ -203,14 +223,29 @@ def test_trainer_trains_against_a_pserver_container(docker, images, scratch):
     done = docker.run(
         images["train"], "train", "trainer", "-f", "/work/values.yaml",
         options=(*common, "--hostname", "trainer0", "-e", "TRAINING_ROLE=TRAINER",
-                 "-e", "PADDLE_TRAINER_ID=0", "-e", "PADDLE_PORT=6172", "-e", "POD_IP=trainer0"),
+                 "-e", "PADDLE_TRAINER_ID=0", "-e", "PADDLE_PORT=6172", "-e", "POD_IP=trainer0",
+                 "-e", "VC_COORDINATOR_HOSTS=coordinator", "-e", "ELASTICCTR_COORDINATOR_PORT=8300",
+                 "-e", f"ELASTICCTR_TRAIN_CHECKPOINT={checkpoint}"),
         timeout=600,
     )  # fmt: skip
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:], docker.logs(ps))
+    logs = (done.stdout[-3000:], done.stderr[-3000:], docker.logs(ps), docker.logs(coord))
+    assert done.returncode == 0, logs
+    assert "leased task 20200401/00#" in done.stdout, logs
+    progress = httpx.get(progress_url, timeout=10).json()
+    assert progress["finished"] and progress["tasks_done"] >= 2, progress  # 2 files, 10 KiB tasks
     manifest = verify_version(work / "store" / "versions" / "20200401" / "00")
     assert manifest["version"] == "20200401/00" and manifest["slots"] == [0, 1, 2, 3]
-    assert manifest["metrics"]["samples"] > 400, manifest["metrics"]  # 600 lines, ~10% held out
+    metrics = manifest["metrics"]
+    # 600 lines, ~10% held out (the feature-hash rule); one trainer trained all the rest.
+    assert metrics["samples_chief"] == progress["samples"] > 400, (metrics, progress)
+    assert (
+        metrics["eval_samples"] > 20 and metrics["samples_chief"] + metrics["eval_samples"] == 600
+    )
     assert manifest["sparse"]["rows"] > 50
+    checkpointed = json.loads(
+        (work / "staging" / "checkpoint" / "ps" / "progress.json").read_text()
+    )
+    assert checkpointed["version"] == "20200401/00", checkpointed
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
