@@ -6,10 +6,10 @@ One run:
 2. ElasticCTR's default `dnn` trains one pass with `ectl train --local -p 1 -t 1`; its
    rate (`samples_per_sec_per_trainer`) and held-out AUC (scored from the exported
    version's files) come from each version's manifest.
-3. The same files are read with ElasticCTR's parser in trainer 0's order (files sorted,
-   batches of --batch lines per file) and split by trainer 0's rule: batch i of a
-   partition is held out when i % 10 == 9. Feasigns become indices per slot (1..V, 0 is
-   padding).
+3. The same files are read with ElasticCTR's parser (files sorted, batches of --batch
+   lines per file) and split by the trainers' held-out rule: a sample is held out when
+   the hash of its features says so (elastic.heldout_mask, 1 in 10). Feasigns become
+   indices per slot (1..V, 0 is padding).
 4. DeepCTR-Torch's DNN trains one epoch per hour on the same training samples in the same
    order, in one process with torch threads = 1 (one trainer's share of the machine):
    `WDL` with no wide features (its linear part is then zero) and one `VarLenSparseFeat`
@@ -29,9 +29,10 @@ by the cores used while training (median per-second CPU of ElasticCTR's trainer 
 pserver; CPU time of DeepCTR-Torch's `fit()`), which other load disturbs less.
 
 With trainer.threads > 0 (default 2, the chart's) ElasticCTR trains with the native
-pipeline (elasticctr.train.native) and holds out the samples of the feature-hash rule;
-DeepCTR-Torch then gets exactly that split. A second ElasticCTR run with 2 trainers
-gives the 1 -> 2 trainer throughput ratio and the pserver's cores (skip: --no-scale).
+pipeline (elasticctr.train.native), else with the Python reader; both hold out the
+samples of the feature-hash rule, so DeepCTR-Torch gets exactly that split. A second
+ElasticCTR run with 2 trainers gives the 1 -> 2 trainer throughput ratio and the
+pserver's cores (skip: --no-scale).
 The trainer's CPU includes its reader processes (the pipe commands).
 
   .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000
@@ -61,7 +62,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 REQUIREMENTS = HERE / "requirements-deepctr.txt"
 DEFAULT_VENV = REPO / ".bench-venv"
-HOLDOUT_EVERY = 10  # elasticctr.train.roles.HOLDOUT_EVERY (checked in main)
 EMBEDDING_DIM = 9
 HIDDEN = (400, 400, 400)
 
@@ -235,13 +235,10 @@ def _index_block(batch_ids, batch_lengths, vocab: np.ndarray, maxlen: int) -> np
     return out
 
 
-def prepare_arrays(
-    parts, slots: list[int], batch_size: int, out: Path, hash_rule: bool = False
-) -> dict:
-    """Trainer 0's batches and held-out split, as padded index arrays for DeepCTR-Torch.
+def prepare_arrays(parts, slots: list[int], batch_size: int, out: Path) -> dict:
+    """The batches and held-out split, as padded index arrays for DeepCTR-Torch.
 
-    Held out: every 10th batch (the Python reader's rule) or, with `hash_rule`, the
-    samples elastic.heldout_mask picks (the native pipeline's rule, trainer.threads > 0).
+    Held out: the samples elastic.heldout_mask picks (the trainers' rule, either reader).
     """
     from elasticctr.data.parser import iter_batches
     from elasticctr.data.partitions import data_files
@@ -251,16 +248,11 @@ def prepare_arrays(
     per_hour = []
     for part in parts:
         train, held = [], []
-        i = 0
         for url in data_files(part):
             for batch in iter_batches(url, slots, batch_size):
-                if hash_rule:  # the native pipeline's rule: a hash of the features
-                    mask = heldout_mask(batch)
-                    train.append(take(batch, ~mask))
-                    held.append(take(batch, mask))
-                    continue
-                (held if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1 else train).append(batch)
-                i += 1
+                mask = heldout_mask(batch)  # a hash of the features
+                train.append(take(batch, ~mask))
+                held.append(take(batch, mask))
         train = [b for b in train if len(b)]
         held = [b for b in held if len(b)]
         per_hour.append((part.id, train, held))
@@ -403,7 +395,7 @@ def worker(args) -> None:
 
 
 def _samples(hour: dict) -> int:
-    """Samples trained in an hour: DeepCTR-Torch's and the static launcher's `samples`; an
+    """Samples trained in an hour: DeepCTR-Torch's `samples`; an
     elastic job's manifest has the chief's share (`samples_chief`: all with 1 trainer)."""
     return hour["samples"] if "samples" in hour else hour["samples_chief"]
 
@@ -484,9 +476,7 @@ def main() -> None:
         return
 
     from elasticctr.data.partitions import list_partitions
-    from elasticctr.train import roles
 
-    assert roles.HOLDOUT_EVERY == HOLDOUT_EVERY, "trainer 0's held-out rule changed"
     py = None if args.ectl_only else bench_python(args.venv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ectl-deepctr-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -508,9 +498,7 @@ def main() -> None:
         return
     scale = None if args.no_scale else train_elasticctr(work, data, slots, parts, args, 2)
 
-    prep = prepare_arrays(
-        parts, slots, args.batch, work / "arrays.npz", hash_rule=args.ectl_threads > 0
-    )
+    prep = prepare_arrays(parts, slots, args.batch, work / "arrays.npz")
     oracle_held = oracle_on(prep["held_last"], gen, slots)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     cmd = [str(py), str(Path(__file__).resolve()), "--worker", str(work / "arrays.npz")]
