@@ -99,7 +99,7 @@ def main() -> None:
         )
     from elasticctr.data.parser import iter_batches
     from elasticctr.data.partitions import data_files, list_partitions
-    from elasticctr.train.roles import evaluate_version
+    from elasticctr.train.export import evaluate_version
 
     parts = list_partitions(f"file://{data}")
     train_parts, held = parts[:-1], parts[-1]

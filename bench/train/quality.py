@@ -117,7 +117,7 @@ def main() -> None:
     train_seconds = time.monotonic() - t0
 
     from elasticctr.data.parser import iter_batches
-    from elasticctr.train.roles import evaluate_version
+    from elasticctr.train.export import evaluate_version
 
     version = work / "store" / "versions" / train_parts[-1].id
     batches = [b for f in data_files(held) for b in iter_batches(f, slots, 8192)]

@@ -678,10 +678,58 @@ def test_sigkill_pserver_restarts_the_job_from_its_checkpoint(dataset, baseline_
     assert final["checkpoint"] == SECOND
 
 
+def test_a_failing_trainer_fails_the_job_fast_naming_it_and_its_log(dataset, tmp_path) -> None:
+    """A trainer that keeps exiting non-zero (here: a bad option, exit 2) is restarted in
+    place as a crash would be (3 times), then the job fails at once, not at its timeout:
+    the error names the trainer, its exit code and its log, and nothing is left running."""
+    from elasticctr.errors import EctlError
+    from elasticctr.local.training import ElasticJob
+
+    values = dataset["values"](tmp_path / "store")
+    job = ElasticJob(
+        values, tmp_path / "logs", trainers=2, extra_trainer_args=("--no-such-option",)
+    )
+    t0 = time.monotonic()
+    with pytest.raises(EctlError) as err, job:
+        job.wait(120)
+    took = time.monotonic() - t0
+    message = str(err.value)
+    assert "trainer-" in message and "exited with code 2" in message, message
+    assert str(tmp_path / "logs" / "trainer-") in message and "No such option" in message
+    assert took < 60, took
+    assert _left_running(values) == []
+
+
+def _left_running(values: Path) -> list[str]:
+    """Processes whose command line names `values` (every role of a job does)."""
+    out = subprocess.run(["pgrep", "-f", str(values)], capture_output=True, text=True, check=False)
+    return out.stdout.split()
+
+
+def _sparse(version: Path):
+    import numpy as np
+
+    keys = np.concatenate([np.load(p) for p in sorted(version.glob("sparse/*.keys.npy"))])
+    values = np.concatenate([np.load(p) for p in sorted(version.glob("sparse/*.values.npy"))])
+    return keys, values
+
+
 @pytest.mark.slow
 def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
     dataset, tmp_path, mlflow_server
 ) -> None:
+    """`ectl train --local` trains hour 00 (loss falls, the version verifies and scores
+    well above chance, MLflow has the run and the registered version); `--resume` with
+    hour 01 restores the pservers from the checkpoint and trains only the new hour: hour
+    00 is neither retrained nor republished, and version 01 holds every row of version 00,
+    unchanged where hour 01 has no sample with its feasign. Every process exits."""
+    import numpy as np
+
+    from elasticctr.train import config, registry
+    from elasticctr.train.elastic import _read, read_checkpoint
+    from elasticctr.train.models import resolve_spec
+    from elasticctr.versions import MANIFEST, sha256_file
+
     store = dataset["root"] / "cli"
     ckpt = tmp_path / "checkpoint"
     tracking, tracking_ready = mlflow_server
@@ -704,21 +752,49 @@ def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
             capture_output=True, text=True, timeout=300, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert _left_running(path) == []  # coordinator, pserver and trainers all exited
         return out.stdout
 
     first = run(PARTITION)
     assert f"{dataset['trained']} samples" in first and "0 job restart(s)" in first, first
-    verify_version(store / "versions" / PARTITION)
+    version0 = store / "versions" / PARTITION
+    manifest0 = verify_version(version0)
+    assert manifest0["model"]["name"] == MODEL["name"] and manifest0["slots"] == list(range(8))
+    assert manifest0["embedding_dim"] == resolve_spec(MODEL).table_dim
+    m0 = manifest0["metrics"]
+    # The chief's loss fell over its share of the hour; the export beats chance.
+    assert m0["train_loss_last"] < m0["train_loss_first"] - 0.002, m0
+    assert m0["auc"] > 0.65 and m0["logloss"] < 0.69, m0
+    assert read_checkpoint(ckpt)["version"] == PARTITION
+    sha0 = sha256_file(version0 / MANIFEST)
     # --resume: the coordinator starts from the checkpoint's progress and the pservers
     # from its tables, so only the new hour is trained.
     second = run(SECOND, "--resume")
     assert "restarting from checkpoint 20200401/00" in second, second
     verify_version(store / "versions" / SECOND)
+    assert sha256_file(version0 / MANIFEST) == sha0  # hour 00 was not exported again
+    assert read_checkpoint(ckpt)["version"] == SECOND
     logs = "".join(p.read_text() for p in (tmp_path / "logs-01").glob("trainer-*.log"))
     assert "loaded checkpoint 20200401/00 into the pservers" in logs
     state = json.loads((tmp_path / "logs-01" / "coordinator.json").read_text())
+    assert f"leased task {PARTITION}#" not in logs, "hour 00 was trained again"
     second_hour = sum(d["samples"] for t, d in state["done"].items() if t.startswith(SECOND))
     assert second_hour == dataset["trained_two_hours"] - dataset["trained"]
+    # The restored tables: every row of version 00 is in version 01, and the rows hour 01
+    # never touched (no sample of it has their feasign) kept their values exactly. Without
+    # the restore version 01 would hold none of those.
+    cfg = config.load(dataset["values"](dataset["root"] / "probe", SECOND))
+    hour1 = sorted((dataset["root"] / "data" / SECOND).glob("part-*"))
+    seen = np.unique(
+        np.concatenate([ids for f in hour1 for b in _read(cfg, f"file://{f}") for ids in b.ids])
+    )
+    k0, v0 = _sparse(version0)
+    k1, v1 = _sparse(store / "versions" / SECOND)
+    common, i0, i1 = np.intersect1d(k0, k1, return_indices=True)
+    assert common.size == k0.size  # every restored row is there
+    untouched = ~np.isin(common, seen)
+    assert untouched.sum() > 1000, untouched.sum()
+    np.testing.assert_allclose(v1[i1][untouched], v0[i0][untouched], rtol=0, atol=1e-6)
     # The chief logged each exported hour with the coordinator's progress to MLflow and
     # registered it in the model registry.
     import mlflow
@@ -728,10 +804,36 @@ def test_ectl_train_local_elastic_then_resume_with_the_next_hour(
     runs = client.search_runs([exp.experiment_id])
     assert sorted(r.data.tags["last_version"] for r in runs) == [PARTITION, SECOND]
     for run in runs:
+        assert run.info.status == "FINISHED" and run.data.params["model.name"] == MODEL["name"]
         metrics = run.data.metrics
         assert 0.65 < metrics["auc"] < 1 and metrics["job_tasks_done"] > 0, metrics
         assert metrics["job_trainers"] == 2 and metrics["job_samples_per_sec"] > 0, metrics
         assert metrics["trainer_cpu_seconds"] > 0 and metrics["trainer_rss_peak_mb"] > 100
         assert 0.6 < metrics["train_auc"] < 1, metrics  # the chief's last quarter of batches
+    by_version = {r.data.tags["last_version"]: r for r in runs}
+    assert by_version[PARTITION].data.metrics["auc"] == pytest.approx(m0["auc"])
     versions = client.search_model_versions("name = 'elastic-cli'")
     assert sorted(v.tags[C.MLFLOW_TAG_VERSION] for v in versions) == [PARTITION, SECOND]
+    # Registered under the run that exported it. MLflow's server refuses a local store's
+    # URL as the source, so the source is the run's copy of the manifest and a tag names
+    # the model-store URL (an http/hdfs store is the source itself: test_registry_mlflow).
+    for mv in versions:
+        vid = mv.tags[C.MLFLOW_TAG_VERSION]
+        run_id = by_version[vid].info.run_id
+        folder = store / "versions" / vid
+        manifest = verify_version(folder)
+        sha = sha256_file(folder / MANIFEST)
+        assert mv.run_id == run_id and mv.source == f"runs:/{run_id}/versions/{vid}"
+        assert mv.tags == {
+            C.MLFLOW_TAG_VERSION: vid,
+            registry.TAG_MODEL: MODEL["name"],
+            registry.TAG_AUC: repr(manifest["metrics"]["auc"]),
+            registry.TAG_LOGLOSS: repr(manifest["metrics"]["logloss"]),
+            registry.TAG_MANIFEST_SHA256: sha,
+            registry.TAG_SPARSE_ROWS: str(manifest["sparse"]["rows"]),
+            registry.TAG_STORE_URL: folder.resolve().as_uri(),
+            registry.TAG_SOURCE_KIND: registry.SOURCE_RUN,
+        }
+        copied = client.download_artifacts(run_id, f"versions/{vid}", str(tmp_path / vid[-2:]))
+        assert sorted(p.name for p in Path(copied).iterdir()) == [MANIFEST]
+        assert sha256_file(Path(copied) / MANIFEST) == sha  # the manifest, byte for byte

@@ -26,7 +26,7 @@ from elasticctr.data.parser import parse_bytes
 from elasticctr.modelstore import open_store
 from elasticctr.train import export
 from elasticctr.train.models import resolve_spec
-from elasticctr.train.roles import build_net
+from elasticctr.train.program import build_net
 
 store, demo, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 slots = list(range(27))

@@ -23,7 +23,7 @@ import yaml
 
 from elasticctr.data.parser import iter_batches
 from elasticctr.data.partitions import data_files, list_partitions
-from elasticctr.train.roles import evaluate_version
+from elasticctr.train.export import evaluate_version
 
 pytestmark = pytest.mark.integration
 

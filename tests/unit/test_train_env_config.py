@@ -39,7 +39,7 @@ def test_explicit_paddle_env_for_a_trainer() -> None:
 
 @pytest.mark.fast
 def test_coordinator_url_from_env_or_the_volcano_coordinator_task() -> None:
-    assert role_env.coordinator_url({}) is None  # no coordinator: static file split
+    assert role_env.coordinator_url({}) is None  # no coordinator: `ectl train trainer` refuses
     vc = {C.ENV_VC_COORDINATOR_HOSTS: "job-coordinator-0.job"}
     assert (
         role_env.coordinator_url(vc) == f"http://job-coordinator-0.job:{C.DEFAULT_COORDINATOR_PORT}"
@@ -252,6 +252,31 @@ def test_cli_rejects_bad_values_before_starting_anything(tmp_path) -> None:
     assert "unknown model" in "\n".join(result.exception.problems)
     missing = CliRunner().invoke(app, ["train", "--local", "-f", str(tmp_path / "nope.yaml")])
     assert isinstance(missing.exception, EctlError) and "does not exist" in str(missing.exception)
+
+
+@pytest.mark.fast
+def test_a_trainer_without_a_coordinator_is_bad_usage_naming_the_fix(
+    tmp_path, monkeypatch, ectl_here
+) -> None:
+    """Every trainer leases from a coordinator (the one training path): `ectl train
+    trainer` with none (no --coordinator, ELASTICCTR_COORDINATOR_URL or the Volcano
+    coordinator task's hosts) exits 2 with one line that says how to give it one, before
+    it reads the values or imports Paddle. The static mode's options are gone."""
+    for name in (C.ENV_COORDINATOR_URL, C.ENV_VC_COORDINATOR_HOSTS):
+        monkeypatch.delenv(name, raising=False)
+    values = tmp_path / "values.yaml"
+    values.write_text("global:\n  data:\n    slots: [0, 1]\n")
+    proc = ectl_here("train", "trainer", "-f", str(values))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip().splitlines() == [
+        "error: ectl train trainer needs a coordinator: pass --coordinator URL or set "
+        f"{C.ENV_COORDINATOR_URL}; `ectl train --local` starts one"
+    ]
+    assert ectl_here("train", "trainer", "-f", str(tmp_path / "nope.yaml")).returncode == 2
+    for gone in ("--synthetic-samples", "--synthetic-partitions", "--resume",
+                 "--checkpoint-every", "--checkpoint-minutes"):  # fmt: skip
+        proc = ectl_here("train", "trainer", "-f", str(values), gone, "1")
+        assert proc.returncode == 2 and "No such option" in proc.stderr, (gone, proc.stderr)
 
 
 @pytest.mark.fast

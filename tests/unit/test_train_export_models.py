@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from elasticctr import versions
+from elasticctr.data.parser import SlotBatch
 from elasticctr.errors import EctlError
 from elasticctr.modelstore import open_store
 from elasticctr.train import export
-from elasticctr.train.roles import PAD_FEASIGN, pad_empty
-from elasticctr.train.synthetic import Batch
+from elasticctr.train.feeds import PAD_FEASIGN, pad_empty
 
 
 def _version(tmp_path: Path, version_id: str = "20200401/07") -> tuple[Path, dict]:
@@ -156,7 +156,7 @@ def test_unrecognised_dump_width_is_an_error(tmp_path: Path) -> None:
 def test_pool_sums_known_keys_per_slot_and_ignores_unknown() -> None:
     keys = np.array([10, 20, 2**64 - 1], dtype=np.uint64)
     values = np.array([[1, 1], [2, 2], [4, 4]], dtype=np.float32)
-    batch = Batch(
+    batch = SlotBatch(
         slots=(0, 1),
         ids=[
             np.array([10, 20, 99, 2**64 - 1], dtype=np.uint64),  # sample0: 10,20 ; sample2: 99,max

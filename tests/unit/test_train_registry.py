@@ -24,7 +24,7 @@ from elasticctr.modelstore import open_store
 from elasticctr.net import free_port
 from elasticctr.train import export, registry
 from elasticctr.train.config import from_values
-from elasticctr.train.roles import _Tracker
+from elasticctr.train.tracking import Tracker
 
 pytestmark = pytest.mark.fast
 
@@ -190,7 +190,7 @@ def test_registration_failure_warns_and_keeps_the_published_version(tmp_path, fa
 def test_trainer_registration_with_mlflow_down_warns_and_carries_on(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """Trainer 0's call (`_Tracker.register`) against a tracking server that is not there:
+    """Trainer 0's call (`Tracker.register`) against a tracking server that is not there:
     no exception, a warning in the trainer log, the version stays published."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -200,14 +200,14 @@ def test_trainer_registration_with_mlflow_down_warns_and_carries_on(
     cfg = from_values(
         {"global": {"data": {"slots": [0, 1]}, "mlflow": {"trackingUri": dead}}, "trainer": {}}
     )
-    tracker = _Tracker(cfg, renv=None)
+    tracker = Tracker(cfg, renv=None)
     assert tracker.register(VERSION, {"exported_to": target}, built) is None
     out = capsys.readouterr().out
     assert f"WARNING: MLflow registration of {VERSION} failed" in out
     versions.verify_version(store / "versions" / "20200401" / "07")
     # nothing published or no tracking server: nothing to register, nothing said
     assert tracker.register(VERSION, {"exported_to": ""}, built) is None
-    quiet = _Tracker(from_values({"global": {"data": {"slots": [0]}}, "trainer": {}}), None)
+    quiet = Tracker(from_values({"global": {"data": {"slots": [0]}}, "trainer": {}}), None)
     assert quiet.register(VERSION, {"exported_to": target}, built) is None
 
 
@@ -225,10 +225,10 @@ def test_tracking_with_mlflow_down_never_holds_up_training(tmp_path: Path, monke
         {"global": {"data": {"slots": [0, 1]}, "mlflow": {"trackingUri": dead}}, "trainer": {}}
     )
     renv = SimpleNamespace(pserver_endpoints=["127.0.0.1:1"], trainers_num=1)
-    tracker = _Tracker(cfg, renv)
+    tracker = Tracker(cfg, renv)
     t0 = time.monotonic()
     for hour in range(3):
-        tracker.submit("logging", tracker.log, SimpleNamespace(index=hour, version_id="x"), {})
+        tracker.submit("logging", tracker.log, "x", hour, {})
     assert time.monotonic() - t0 < 0.5
     t0 = time.monotonic()
     tracker.close(timeout=1.0)
@@ -241,7 +241,7 @@ def test_tracker_thread_logs_a_failing_call_and_goes_on(capsys):
     cfg = from_values(
         {"global": {"data": {"slots": [0]}, "mlflow": {"trackingUri": "http://x"}}, "trainer": {}}
     )
-    tracker, done = _Tracker(cfg, None), []
+    tracker, done = Tracker(cfg, None), []
 
     def boom():
         raise RuntimeError("tracking server said no")

@@ -1,7 +1,7 @@
 """`ectl train`: the parameter-server roles and local training.
 
 ectl train pserver -f values.yaml      # one pserver (env contract: docs/training.md)
-ectl train trainer -f values.yaml      # one trainer
+ectl train trainer -f values.yaml --coordinator URL   # one elastic trainer
 ectl train --local -p 1 -t 2 -f values.yaml   # coordinator + P pservers + T elastic
                                               # trainers on this machine
 """
@@ -130,71 +130,53 @@ def _synthetic_values(values: Path, samples: int, partitions: int, log_dir: Path
 @train_app.command("pserver")
 def pserver(values: Path = typer.Option(None, "--values", "-f", help=VALUES_HELP)) -> None:
     """Run one parameter server (until stopped)."""
-    from elasticctr.train import config, roles
+    from elasticctr.train import config
+    from elasticctr.train import pserver as role
 
-    roles.main_pserver(config.load(_values_path(values)))
+    role.main(config.load(_values_path(values)))
+
+
+NO_COORDINATOR = (
+    f"ectl train trainer needs a coordinator: pass --coordinator URL or set "
+    f"{C.ENV_COORDINATOR_URL}; `ectl train --local` starts one"
+)
 
 
 @train_app.command("trainer")
 def trainer(
     values: Path = typer.Option(None, "--values", "-f", help=VALUES_HELP),
-    synthetic_samples: int = typer.Option(
-        0, "--synthetic-samples", help="Train on N in-memory synthetic samples per partition."
-    ),
-    synthetic_partitions: int = typer.Option(1, "--synthetic-partitions", min=1),
     results: Path = typer.Option(
-        None, "--results", help="Trainer 0 appends one JSON line of metrics per partition."
+        None,
+        "--results",
+        help="Append one JSON line of metrics per partition this trainer exports.",
     ),
     checkpoint_dir: Path = typer.Option(
         None, "--checkpoint-dir", help=f"Checkpoint folder (or {C.ENV_TRAIN_CHECKPOINT})."
     ),
-    checkpoint_every: int = typer.Option(1, "--checkpoint-every", min=1, help="Partitions."),
-    checkpoint_minutes: float = typer.Option(None, "--checkpoint-minutes", help="Or minutes."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint."),
     coordinator: str = typer.Option(
         None,
         "--coordinator",
-        help=f"Elastic mode: lease data tasks from this coordinator URL (or "
-        f"{C.ENV_COORDINATOR_URL}; in a Volcano job {C.ENV_VC_COORDINATOR_HOSTS}).",
+        help=f"Lease data tasks from this coordinator URL (or {C.ENV_COORDINATOR_URL}; in a "
+        f"Volcano job {C.ENV_VC_COORDINATOR_HOSTS}).",
     ),
 ) -> None:
-    """Run one trainer: train every partition; trainer 0 evaluates and exports."""
-    from elasticctr.train import config, roles
-
-    cfg = config.load(_values_path(values))
+    """Run one elastic trainer: lease data tasks from the coordinator until it says the
+    job is finished; export an hour when the coordinator asks."""
     from elasticctr.train.env import coordinator_url
 
     coordinator = coordinator or coordinator_url()
-    if coordinator:
-        _exit_on_sigterm_until_leasing()
-        from elasticctr.train import elastic
+    if not coordinator:
+        raise EctlError(NO_COORDINATOR, exit_code=2)
+    from elasticctr.train import config
 
-        ckpt = checkpoint_dir or (
-            Path(os.environ[C.ENV_TRAIN_CHECKPOINT])
-            if os.environ.get(C.ENV_TRAIN_CHECKPOINT)
-            else None
-        )
-        elastic.main(cfg, elastic.ElasticOptions(coordinator, results=results, checkpoint_dir=ckpt))
-        _exit_after_training()
-    synthetic = (
-        roles.SyntheticPlan(samples=synthetic_samples, partitions=synthetic_partitions)
-        if synthetic_samples > 0
-        else None
-    )
-    wait = float(os.environ.get(C.ENV_PSERVER_WAIT_SECONDS, C.DEFAULT_PSERVER_WAIT_SECONDS))
+    cfg = config.load(_values_path(values))
+    _exit_on_sigterm_until_leasing()
+    from elasticctr.train import elastic
+
     ckpt = checkpoint_dir or (
         Path(os.environ[C.ENV_TRAIN_CHECKPOINT]) if os.environ.get(C.ENV_TRAIN_CHECKPOINT) else None
     )
-    opts = roles.TrainerOptions(
-        synthetic=synthetic,
-        pserver_wait=wait,
-        results=results,
-        checkpoint_dir=ckpt,
-        checkpoint_every=checkpoint_every,
-        checkpoint_minutes=checkpoint_minutes,
-        resume=resume,
-    )
-    roles.main_trainer(cfg, opts)
+    elastic.main(cfg, elastic.ElasticOptions(coordinator, results=results, checkpoint_dir=ckpt))
     _exit_after_training()
 
 

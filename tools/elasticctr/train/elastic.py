@@ -9,8 +9,8 @@ joins late never blocks the others. What the collectives did is done otherwise:
   yet; any other (or restarted) trainer pulls the parameters instead of overwriting them.
 - the table dump before an export: the coordinator gives the export to one trainer
   (the chief) once every task of the partition is done; it alone asks the pservers to
-  dump (`_save_distributed_persistables`, which Fleet's `save_persistables` gates on
-  Paddle trainer 0), then exports exactly like `roles.py`.
+  dump (`save_all_model`, which Fleet's `save_persistables` would gate on Paddle
+  trainer 0), then exports the hour (`export.export_partition`).
 - the held-out set: a sample is held out when a hash of its features says so
   (`heldout_mask`), so it does not depend on which trainer trained which task; trainers
   skip those rows and the exporter re-reads them from the partition's files.
@@ -37,8 +37,9 @@ from elasticctr.coordinator.core import CHECKPOINT_STATE
 from elasticctr.data import storage
 from elasticctr.errors import EctlError
 from elasticctr.train import env as role_env
-from elasticctr.train import metrics, native, roles
+from elasticctr.train import export, feeds, metrics, native, program
 from elasticctr.train.config import TrainConfig
+from elasticctr.train.tracking import Tracker
 
 MAX_READ_ATTEMPTS = 3
 """A task whose range cannot be read (file truncated or removed, store unreachable) is
@@ -49,7 +50,7 @@ HOLDOUT_MOD = 10
 EVAL_MAX_SAMPLES = 200_000
 """The exporter evaluates at most this many held-out samples per partition."""
 
-log = roles.log
+log = program.log
 
 
 # --- held-out rule ------------------------------------------------------------------------
@@ -296,15 +297,15 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
         finally:
             os._exit(C.EXIT_STOPPED)
 
-    net = roles._init_fleet(
+    net = program.init_fleet(
         _ElasticEnv(renv, paddle_id), cfg.model, len(cfg.slots), per_slot=cfg.threads > 0
     )
     signal.signal(signal.SIGTERM, on_term)  # after importing paddle, which installs its own
-    paddle, fleet, place, exe = roles.start_worker(renv, opts.pserver_wait, " (no collectives)")
+    paddle, fleet, place, exe = program.start_worker(renv, opts.pserver_wait, " (no collectives)")
     runtime = fleet.fleet._runtime_handle
-    dense_names = roles._dense_names()
-    pull_dense = roles._dense_puller()
-    feed = roles.native_feed(cfg, net)
+    dense_names = program.dense_names()
+    pull_dense = program.dense_puller()
+    feed = program.native_feed(cfg, net)
     if cfg.data_path:
         storage.connect(cfg.data_path, cfg.hdfs_ugi)  # the store client, before any lease
     # After a job restart one trainer loads the checkpoint first; until then the dense
@@ -313,7 +314,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
     if not dense_ready:
         _wait_dense_initialised(paddle, pull_dense, dense_names, opts.pserver_wait)
         dense_ready = True
-    pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, roles.DENSE_PULL_EVERY))
+    pull_every = int(os.environ.get(C.ENV_DENSE_PULL_EVERY, program.DENSE_PULL_EVERY))
     main = paddle.static.default_main_program()
     staging = Path(opts.staging or os.environ.get(C.ENV_TRAIN_STAGING) or "/tmp/ectl-staging")
     beat = _Heartbeat(client)
@@ -337,7 +338,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                         cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, meter
                     )
                 client.exported(answer["partition"], answer["partition"], answer["checkpoint"])
-                tracker = tracker or roles._Tracker(cfg, renv)
+                tracker = tracker or Tracker(cfg, renv)
                 dump_dir = staging / answer["partition"].replace("/", "-")
                 _track(tracker, client, answer["partition"], last, dump_dir / "version")
                 if not os.environ.get(C.ENV_TRAIN_KEEP_STAGING):
@@ -384,7 +385,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                         heldout="skip",
                         loss_var=net.loss,
                         every=pull_dense,
-                        every_seconds=roles.dense_pull_seconds(),
+                        every_seconds=program.dense_pull_seconds(),
                         max_error_rate=cfg.max_error_rate,
                         lease=fence,
                     )
@@ -406,7 +407,7 @@ def run(cfg: TrainConfig, renv: role_env.RoleEnv, opts: ElasticOptions) -> dict:
                 if not len(batch):
                     continue
                 loss, prob = exe.run(
-                    main, feed=roles.feed_of(net, batch, place), fetch_list=[net.loss, net.prob]
+                    main, feed=feeds.feed_of(net, batch, place), fetch_list=[net.loss, net.prob]
                 )
                 mine["recent"].add(batch.click, prob)
                 if steps % pull_every == 0:
@@ -485,7 +486,7 @@ def _share(stats: dict, partition: str) -> dict:
 
 def _track(tracker, client: CoordinatorClient, partition: str, result: dict, version_dir) -> None:
     """MLflow: the version's metrics plus the coordinator's progress, then register the
-    version (roles._Tracker; a no-op without a tracking URI, never raises on
+    version (tracking.Tracker; a no-op without a tracking URI, never raises on
     registration). Step = the number of hours exported so far."""
     if not tracker.cfg.mlflow_uri:
         return
@@ -515,7 +516,7 @@ def _track(tracker, client: CoordinatorClient, partition: str, result: dict, ver
 
 def _log_and_register(tracker, partition, step, logged, result, manifest_bytes) -> None:
     """On the tracker's thread: the metrics, then the registration (never raises)."""
-    tracker.log(roles.Partition(partition, max(step - 1, 0)), logged)
+    tracker.log(partition, max(step - 1, 0), logged)
     if manifest_bytes is None:
         return
     with tempfile.TemporaryDirectory(prefix="ectl-register-") as tmp:
@@ -523,6 +524,42 @@ def _log_and_register(tracker, partition, step, logged, result, manifest_bytes) 
         mv = tracker.register(partition, result, Path(tmp))
     if mv is not None:
         log(f"{partition}: registered as model version {mv.version}")
+
+
+# --- checkpoints ---------------------------------------------------------------------
+
+
+CHECKPOINT_PROGRESS = "progress.json"
+
+
+def read_checkpoint(checkpoint_dir: Path) -> dict | None:
+    """The latest complete checkpoint's progress ({"version", "model", ...}) or None."""
+    import json
+
+    path = Path(checkpoint_dir) / "ps" / CHECKPOINT_PROGRESS
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise EctlError(f"checkpoint progress {path} is unreadable: {exc}") from None
+
+
+def write_checkpoint(checkpoint_dir: Path, dump_ps: Path, progress: dict) -> None:
+    """Replace the checkpoint with this PS dump + progress; the swap is two renames."""
+    import json
+
+    checkpoint_dir = Path(checkpoint_dir)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    fresh, current, old = (checkpoint_dir / n for n in ("ps.new", "ps", "ps.old"))
+    for stale in (fresh, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.copytree(dump_ps, fresh)
+    (fresh / CHECKPOINT_PROGRESS).write_text(json.dumps(progress, indent=2) + "\n")
+    if current.exists():
+        current.rename(old)
+    fresh.rename(current)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _check_checkpoint_matches(cfg: TrainConfig, progress: dict, where: Path) -> None:
@@ -551,7 +588,7 @@ def _load_checkpoint(cfg: TrainConfig, runtime, checkpoint_dir: Path | None, ver
             f"the job restarts from checkpoint {version}, but this trainer has no checkpoint "
             f"folder (--checkpoint-dir or {C.ENV_TRAIN_CHECKPOINT})"
         )
-    progress = roles.read_checkpoint(checkpoint_dir)
+    progress = read_checkpoint(checkpoint_dir)
     if progress is None or progress.get("version") != version:
         found = progress.get("version") if progress else "none"
         raise EctlError(
@@ -566,7 +603,7 @@ def _load_checkpoint(cfg: TrainConfig, runtime, checkpoint_dir: Path | None, ver
 
 def _dump_complete(ps_dir: Path) -> bool:
     sparse = list((ps_dir / "000").glob("part-*"))
-    return len(sparse) >= roles.SPARSE_SHARDS and bool(list((ps_dir / "001").glob("part-*")))
+    return len(sparse) >= program.SPARSE_SHARDS and bool(list((ps_dir / "001").glob("part-*")))
 
 
 QUIET_SECONDS = 2.0
@@ -600,7 +637,7 @@ def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
 
 
 def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, meter) -> dict:
-    """The chief's export of one fully trained partition, as roles.run_trainer does it."""
+    """The chief's export of one fully trained partition (the coordinator's `export`)."""
     partition = answer["partition"]
     t0 = time.monotonic()
     dump_dir = staging / partition.replace("/", "-")
@@ -608,7 +645,7 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
     runtime._worker.client_flush()
     _dump_tables(runtime, dump_dir / "ps")
     log(f"{partition}: tables dumped in {time.monotonic() - t0:.1f}s")
-    dense_meta = roles._save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
+    dense_meta = export.save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
     heldout = heldout_batches(cfg, partition)
     mine = _share(stats, partition)
     losses = mine["losses"]
@@ -623,14 +660,13 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
         **meter.read(),  # this trainer's CPU and peak memory since its last export
     }
     meter.reset()
-    part = roles.Partition(partition, 0)
-    if cfg.model_store and roles.model_store(cfg).has_version(partition):
+    if cfg.model_store and export.model_store(cfg).has_version(partition):
         # Exported before the job restarted from an older checkpoint: a published version
         # is immutable (cube and serving may hold it), so the retrained one is not.
         log(f"{partition}: already published before the job restart; keeping that version")
         result = {"republished": False, **train}
     else:
-        result = roles._export_partition(cfg, part, dump_dir, dense_meta, heldout, train)
+        result = export.export_partition(cfg, partition, dump_dir, dense_meta, heldout, train)
     if opts.results is not None:
         import json
 
@@ -639,7 +675,7 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
     if answer.get("checkpoint") and opts.checkpoint_dir:
         # The coordinator's progress at the dump travels inside the checkpoint's ps/.
         (dump_dir / "ps" / CHECKPOINT_STATE).write_text(answer["state"])
-        roles.write_checkpoint(
+        write_checkpoint(
             opts.checkpoint_dir,
             dump_dir / "ps",
             {

@@ -12,7 +12,9 @@
 `build_version` lays the version out in a local folder (the manifest and donefile through
 `elasticctr.versions`, the one home of the version contract); the trainer then publishes
 it with `elasticctr.modelstore` (donefile last). This module is the training side only:
-reading Paddle's PS dumps and pooling embeddings for the held-out evaluation.
+reading Paddle's PS dumps, the dense inference model from a dump (`save_dense`), the
+held-out evaluation of a built version (`evaluate_version`) and a trained hour's whole
+export (`export_partition`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from __future__ import annotations
 import gzip
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from elasticctr import versions
+from elasticctr import modelstore, versions
 from elasticctr.errors import EctlError
+from elasticctr.train import metrics, program, shape
+from elasticctr.train.config import TrainConfig
 
 DEFAULT_ROWS_PER_PART = 1 << 20
 
@@ -195,3 +200,120 @@ def build_version(
 
 def local_tempdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+# --- one trained hour's version: dense model, evaluation, publication -----------------
+
+
+def save_dense(exe, net: program.Net, dump_dir: Path, names: list[str], out_dir: Path) -> dict:
+    """Dense inference model from the pservers' dump (the same snapshot as the sparse dump).
+
+    Reading the dump rather than pulling into this trainer's scope keeps sparse and dense
+    of one version consistent and never touches the parameters the trainer is using.
+    """
+    paddle = program.import_paddle()
+    block = net.infer_program.global_block()
+    shapes = {n: tuple(block.var(n).shape) for n in names}
+    params = read_dense_dump(dump_dir / "ps", names, shapes)
+    scope = paddle.static.Scope()
+    place = paddle.CPUPlace()
+    with paddle.static.scope_guard(scope):
+        for name, value in params.items():
+            scope.var(name).get_tensor().set(value, place)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paddle.static.save_inference_model(
+            str(out_dir / "model"), [net.pooled], [net.prob], exe, program=net.infer_program
+        )
+    return {
+        "path": "dense",
+        "prefix": "dense/model",
+        "input": net.pooled.name,
+        "input_shape": [-1, *list(net.pooled.shape[1:])],
+        "output": net.prob.name,
+    }
+
+
+def evaluate_version(version_dir: Path, batches: list) -> dict:
+    """AUC/logloss of an exported version on batches: numpy lookup + the saved dense model."""
+    paddle = program.import_paddle()
+    manifest = versions.verify_version(version_dir)
+    parts = versions.sparse_parts(manifest, str(version_dir))
+    keys = np.concatenate([np.load(version_dir / k) for k, _ in parts])
+    values = np.concatenate([np.load(version_dir / v) for _, v in parts])
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    labels, probs = [], []
+    with paddle.static.scope_guard(scope):
+        inference, feeds, fetches = paddle.static.load_inference_model(
+            str(version_dir / manifest["dense"]["prefix"]), exe
+        )
+        for batch in batches:
+            pooled = pool(keys, values, batch)
+            (prob,) = exe.run(inference, feed={feeds[0]: pooled}, fetch_list=fetches)
+            labels.append(batch.click)
+            probs.append(np.asarray(prob).reshape(-1))
+    label = np.concatenate(labels) if labels else np.zeros(0)
+    prob = np.concatenate(probs) if probs else np.zeros(0)
+    return {
+        "auc": metrics.auc(label, prob),
+        "logloss": metrics.logloss(label, prob),
+        "eval_samples": int(label.size),
+    }
+
+
+def model_store(cfg: TrainConfig) -> modelstore.ModelStore:
+    """The job's model store, opened with the fileserver token and HDFS user."""
+    return modelstore.open_store(cfg.model_store, hdfs_ugi=cfg.hdfs_ugi)
+
+
+def export_partition(
+    cfg: TrainConfig, version_id: str, dump_dir: Path, dense_meta: dict, heldout: list, train: dict
+) -> dict:
+    """Version `version_id` from the pservers' dump in `dump_dir` (`ps/`, and the dense
+    model `save_dense` wrote to `dense/`): built in `dump_dir/version`, evaluated on the
+    `heldout` batches (its metrics, with `train`'s, go into the manifest), published to
+    the model store. Returns the metrics and where the version went (`exported_to`)."""
+    t0 = time.monotonic()
+    keys, values = read_sparse_dump(dump_dir / "ps" / "000", cfg.model.table_dim)
+    # Keys are the feasigns as trained: already reduced modulo SPARSE_DIM by the parser.
+    local = dump_dir / "version"
+    meta = {
+        **shape.version_facts(cfg),
+        "dense": dense_meta,
+        "metrics": {k: v for k, v in train.items()},
+    }
+    manifest = build_version(
+        local,
+        version_id=version_id,
+        dense_dir=dump_dir / "dense",
+        keys=keys,
+        values=values,
+        meta=meta,
+    )
+    evaluated = evaluate_version(local, heldout)
+    # Metrics of the exported version itself go into the manifest (rebuild: sha changes).
+    meta["metrics"].update(evaluated)
+    manifest = build_version(
+        local,
+        version_id=version_id,
+        dense_dir=dump_dir / "dense",
+        keys=keys,
+        values=values,
+        meta=meta,
+    )
+    target = ""
+    if cfg.model_store:
+        target = model_store(cfg).publish(local, version_id)
+    result = {
+        **meta["metrics"],
+        "sparse_rows": manifest["sparse"]["rows"],
+        "manifest_sha256": versions.sha256_file(local / versions.MANIFEST),
+        "export_seconds": time.monotonic() - t0,
+        "exported_to": target,
+    }
+    program.log(
+        f"{version_id}: held-out auc {evaluated['auc']:.4f} logloss "
+        f"{evaluated['logloss']:.4f} on {evaluated['eval_samples']} samples; "
+        f"{keys.size} sparse rows -> {target or '(no model store)'}"
+    )
+    return result

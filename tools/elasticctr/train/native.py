@@ -8,7 +8,7 @@ sample passes through Python. The file list holds small *spec files*, one per by
 leased range is split into T sub-ranges (lines beginning in each; together exactly the
 range) and each thread reads its own.
 
-What stays as in the Python path (elasticctr.train.roles.to_feed): the same sparse table
+What stays as in the Python path (elasticctr.train.feeds.to_feed): the same sparse table
 (raw uint64 feasigns, padding feasign 0 for an empty slot), the same pooled input of the
 dense model ([batch, slots, table_dim], sum per slot), the data's show/click per sample
 into the table's statistics, the byte-range rule, the malformed-line bound per range.
@@ -24,7 +24,7 @@ early (file truncated or removed, store unreachable past the retry window) ends
 "incomplete" and `NativeFeed.run` raises `ReadError` (docs/training.md "Native path").
 
 Where the Python reader still serves (`can_read`): compressed files, URLs no storage
-backend opens, synthetic data, `trainer.threads: 0`, and machines without a C compiler
+backend opens, `trainer.threads: 0`, and machines without a C compiler
 (the binary is built on first use, cached by the source's hash in
 ~/.cache/elasticctr/native, or by `make native`).
 """

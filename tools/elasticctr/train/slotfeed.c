@@ -9,7 +9,7 @@
  *           [--lease-file PATH --lease-seconds S]
  *   stdout: per sample, for every slot in --slots order "<n> id ...", then "1 <click>",
  *           "1 <show>", "1 <click>" (label, show, click); an empty slot is "1 0" (the
- *           padding feasign 0, as elasticctr.train.roles.PAD_FEASIGN).
+ *           padding feasign 0, as elasticctr.train.feeds.PAD_FEASIGN).
  *
  * Exactly the lines that BEGIN at an offset in [START, END) are read (the last to its
  * end), as elasticctr.data.parser.BatchStream does, so ranges never split or duplicate a
