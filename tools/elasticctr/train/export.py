@@ -282,25 +282,22 @@ def export_partition(
         "dense": dense_meta,
         "metrics": {k: v for k, v in train.items()},
     }
-    manifest = build_version(
-        local,
-        version_id=version_id,
-        dense_dir=dump_dir / "dense",
-        keys=keys,
-        values=values,
-        meta=meta,
-    )
-    evaluated = evaluate_version(local, heldout)
+
+    def build() -> dict:
+        return build_version(
+            local,
+            version_id=version_id,
+            dense_dir=dump_dir / "dense",
+            keys=keys,
+            values=values,
+            meta=meta,
+        )
+
+    build()
     # Metrics of the exported version itself go into the manifest (rebuild: sha changes).
+    evaluated = evaluate_version(local, heldout)
     meta["metrics"].update(evaluated)
-    manifest = build_version(
-        local,
-        version_id=version_id,
-        dense_dir=dump_dir / "dense",
-        keys=keys,
-        values=values,
-        meta=meta,
-    )
+    manifest = build()
     target = ""
     if cfg.model_store:
         target = model_store(cfg).publish(local, version_id)
