@@ -3,8 +3,9 @@
 #   scripts/images/build.sh [IMAGE ...]    default: train serving cube fileserver mlflow
 # Steps, each cached so a warm run does nothing and a Python change rebuilds one layer:
 #   1. dockerd (scripts/images/dockerd.sh) and the Debian base image (scripts/images/base.sh)
-#   2. the wheelhouse: every wheel the images install, resolved by uv within constraints.txt
-#      and downloaded by pip for CPython 3.11 manylinux x86_64, cached in
+#   2. the wheelhouse (scripts/images/wheelhouse.sh): every wheel the images install,
+#      resolved by uv within constraints.txt and downloaded by pip for CPython 3.11
+#      manylinux x86_64, cached in
 #      $CACHE/wheelhouse-<hash of the layer lists, constraints.txt and the target platform>
 #   3. the project wheel (uv build, offline from the wheelhouse; it carries the chart),
 #      cached by a hash of tools/ and charts/elasticctr
@@ -35,10 +36,9 @@ DOCKER=$(scripts/images/dockerd.sh)
 eval "$("$PY" scripts/images/meta.py shell)"   # VERSION, REPOSITORY
 BASE=$(scripts/images/base.sh)
 
-# --- 2. wheelhouse ---------------------------------------------------------------------
+# --- 2. wheelhouse (scripts/images/wheelhouse.sh) ----------------------------------------
 CTX="$ROOT/.cache/images-context"
-rm -rf "$CTX" && mkdir -p "$CTX/req" "$CTX/wheels" "$CTX/project"
-LAYERS=(core paddle train serve cube mlflow)
+rm -rf "$CTX" && mkdir -p "$CTX/project"
 IN=$(mktemp -d)
 trap 'rm -rf "$IN"' EXIT
 "$PY" scripts/images/meta.py requirements "$IN"
@@ -49,43 +49,17 @@ WH="$CACHE/wheelhouse-$WH_KEY"
 if [ ! -f "$WH/.complete" ]; then
   echo "build.sh: preparing the wheelhouse (from constraints.txt) ..." >&2
   tmp=$(mktemp -d "$CACHE/.wheelhouse.XXXXXX")
-  mkdir "$tmp/req"
-  # 1. uv pins each layer's requirements (with the layers below it) for the image's
-  #    interpreter (CPython 3.11 on glibc 2.36, Debian bookworm) within constraints.txt.
-  for layer in "${LAYERS[@]}" build; do
-    "$PY" -m uv pip compile --quiet --no-header --no-annotate --python-version 3.11 \
-      --python-platform x86_64-manylinux_2_36 --constraint constraints.txt "$IN/$layer.in" \
-      -o "$tmp/req/$layer.txt" >&2 \
-      || { rm -rf "$tmp"; echo "build.sh: uv pip compile of the $layer layer failed" >&2; exit 1; }
-  done
-  sort -u "$tmp"/req/*.txt >"$tmp/all.txt"
-  # 2. pip downloads exactly those wheels (no resolution), binary only, so nothing is
-  #    compiled and every image step can install offline. Every manylinux tag glibc 2.36
-  #    runs is allowed (pip does not widen a given --platform itself).
-  platforms=()
-  for minor in $(seq 36 -1 5); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
-  platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
-  # Wheels the newest previous wheelhouse already has are reused (hard links; pip skips a
-  # file already in --dest), so a changed pin downloads only what changed.
+  # Wheels the newest previous wheelhouse already has are reused (hard links), so a changed
+  # pin downloads only what changed.
   prev=$(ls -dt "$CACHE"/wheelhouse-* 2>/dev/null | head -n 1 || true)
-  if [ -n "$prev" ]; then cp -l "$prev"/*.whl "$tmp/" 2>/dev/null || true; fi
-  "$PY" -m pip download --disable-pip-version-check --quiet --no-deps --dest "$tmp" \
-    --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 --abi abi3 \
-    --abi none "${platforms[@]}" -r "$tmp/all.txt" >&2 \
-    || { rm -rf "$tmp"; echo "build.sh: pip download failed" >&2; exit 1; }
-  "$PY" scripts/images/meta.py prune "$tmp/all.txt" "$tmp"   # exactly the pinned wheels
-  rm -f "$tmp/all.txt"
-  touch "$tmp/.complete"
+  PY="$PY" scripts/images/wheelhouse.sh amd64 "$tmp" "$prev" || { rm -rf "$tmp"; exit 1; }
   mv -T "$tmp" "$WH" 2>/dev/null || { rm -rf "$tmp"; [ -f "$WH/.complete" ]; }
   # Keep the newest two wheelhouses only (each is ~600 MB).
   ls -dt "$CACHE"/wheelhouse-* | tail -n +3 | xargs -r rm -rf
 fi
 # Per layer: its pinned list and exactly its wheels (hard links, no copy), so a layer's
 # cache key changes only when its own pins do, and BuildKit sees unchanged files unchanged.
-for layer in "${LAYERS[@]}"; do
-  cp "$WH/req/$layer.txt" "$CTX/req/$layer.txt"
-  "$PY" scripts/images/meta.py link "$WH/req/$layer.txt" "$WH" "$CTX/wheels/$layer"
-done
+"$PY" scripts/images/meta.py context "$WH" "$CTX"
 
 # --- 3. the project wheel ----------------------------------------------------------------
 # The wheel carries the chart too (setup.py), so a chart change makes a new wheel.
@@ -123,10 +97,10 @@ for image in "${WANT[@]}"; do
   ref="$REPOSITORY/elasticctr-$image:$VERSION"
   start=$(date +%s.%N)
   DOCKER_BUILDKIT=1 "$DOCKER" build --quiet -f images/Dockerfile --target "$image" \
-    --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
+    --build-arg CONTEXT=prepared --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
     --build-arg "SOURCE=$SOURCE" -t "$ref" "$CTX" >/dev/null \
     || { echo "build.sh: docker build of $image failed (rerun without --quiet to see why:" \
-      "DOCKER_BUILDKIT=1 docker build -f images/Dockerfile --target $image $CTX)" >&2; exit 1; }
+      "DOCKER_BUILDKIT=1 docker build -f images/Dockerfile --build-arg CONTEXT=prepared --build-arg BASE=$BASE --target $image $CTX)" >&2; exit 1; }
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   id=$("$DOCKER" image inspect -f '{{.Id}}' "$ref")
   size=$("$DOCKER" image inspect -f '{{.Size}}' "$ref")

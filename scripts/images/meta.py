@@ -4,8 +4,9 @@
                             IMAGES, as shell assignments
   meta.py requirements DIR  DIR/<layer>.in: the requirements of each image layer together
                             with those of the layers below it (a layer's venv holds both)
-  meta.py link PINS WHEELHOUSE DIR
-                            hard-link the wheel of every `name==version` in PINS into DIR
+  meta.py context WHEELHOUSE DIR
+                            DIR/req/<layer>.txt and DIR/wheels/<layer>/ (hard links) for
+                            every image layer: the prepared build context's dependency part
   meta.py prune PINS WHEELHOUSE
                             delete the wheels of WHEELHOUSE that PINS does not name
   meta.py digest-values DIGESTS_JSON
@@ -75,6 +76,17 @@ STACK = {
 }
 
 
+def link(pinned: Path, wheelhouse: Path, out: Path) -> list[str]:
+    """Hard-link the wheel of every pin of `pinned` into `out`; the pins with no wheel."""
+    wanted, have = pins(pinned), wheels(wheelhouse)
+    missing = sorted(f"{n}=={v}" for n, v in wanted - set(have))
+    if not missing:
+        out.mkdir(parents=True, exist_ok=True)
+        for key in wanted:
+            os.link(have[key], out / have[key].name)
+    return missing
+
+
 def pins(path: Path) -> set[tuple[str, str]]:
     text = path.read_text()
     return {(canonicalize_name(n), v) for n, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
@@ -114,16 +126,18 @@ def main(argv: list[str]) -> int:
             reqs = [r for group in stack for r in groups[group]]
             (out / f"{name}.in").write_text("".join(f"{r}\n" for r in reqs))
         return 0
-    if len(argv) == 4 and argv[0] == "link":
-        wanted, have = pins(Path(argv[1])), wheels(Path(argv[2]))
-        missing = sorted(f"{n}=={v}" for n, v in wanted - set(have))
-        if missing:
-            print(f"no wheel in {argv[2]} for: {', '.join(missing)}", file=sys.stderr)
-            return 1
-        out = Path(argv[3])
-        out.mkdir(parents=True, exist_ok=True)
-        for key in wanted:
-            os.link(have[key], out / have[key].name)
+    if len(argv) == 3 and argv[0] == "context":
+        house, out = Path(argv[1]), Path(argv[2])
+        (out / "req").mkdir(parents=True, exist_ok=True)
+        for layer in STACK:
+            if layer == "build":  # the project wheel's build only, no image layer
+                continue
+            pinned = house / "req" / f"{layer}.txt"
+            (out / "req" / pinned.name).write_bytes(pinned.read_bytes())
+            missing = link(pinned, house, out / "wheels" / layer)
+            if missing:
+                print(f"no wheel in {house} for: {', '.join(missing)}", file=sys.stderr)
+                return 1
         return 0
     if len(argv) == 3 and argv[0] == "prune":
         wanted = pins(Path(argv[1]))

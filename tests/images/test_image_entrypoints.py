@@ -73,17 +73,22 @@ def test_role_help(docker, images, image, role):
     assert f"Usage: ectl {' '.join(role)}" in done.stdout, done.stdout
 
 
+# Run by `python -c` in a train image: the trainer code finds the compiled reader.
+NATIVE_READER_CHECK = (
+    "import os\n"
+    "from elasticctr.train import native\n"
+    "assert native.unavailable() is None, native.unavailable()\n"
+    "assert str(native.binary()) == os.environ['ELASTICCTR_SLOTFEED']\n"
+    "print(native.binary())\n"
+)
+
+
 def test_train_image_ships_the_native_reader(docker, images):
     """The chart's trainers train on the native pipeline: the image has the compiled reader
     ($ELASTICCTR_SLOTFEED; the image has no compiler) and the trainer code finds it."""
-    script = (
-        "import os, subprocess, tempfile\n"
-        "from elasticctr.train import native\n"
-        "assert native.unavailable() is None, native.unavailable()\n"
-        "assert str(native.binary()) == os.environ['ELASTICCTR_SLOTFEED']\n"
-        "print(native.binary())\n"
+    done = docker.run(
+        images["train"], "-c", NATIVE_READER_CHECK, options=("--entrypoint", "python")
     )
-    done = docker.run(images["train"], "-c", script, options=("--entrypoint", "python"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "/opt/elasticctr/bin/ectl-slotfeed"
 

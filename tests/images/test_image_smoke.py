@@ -82,6 +82,12 @@ def test_fileserver_serves_and_stores_files(docker, images, scratch):
 
 
 def test_cube_shard_loads_a_version_and_answers_lookups(docker, images, scratch):
+    check_cube_shard(docker, images["cube"], scratch)
+
+
+def check_cube_shard(docker: Docker, image: str, scratch: Path, options: tuple[str, ...] = ()):
+    """A cube container (`options`: more `docker run` flags, e.g. --platform) loads a
+    version built on this host, commits it and answers lookups with its rows."""
     from _cube_procs import make_version, random_keys, version_rows
 
     from elasticctr.cube.builder import build_version
@@ -93,11 +99,11 @@ def test_cube_shard_loads_a_version_and_answers_lookups(docker, images, scratch)
     build_version(verify_version(make_version(store, version, keys, tag=7), version), cube_root, 1)
     name = _name("cube")
     docker.start(
-        images["cube"], "cube", "server", "--cube-root", "/cube", "--state-dir", "/tmp/state",
+        image, "cube", "server", "--cube-root", "/cube", "--state-dir", "/tmp/state",
         "--shard", "0", "--num-shards", "1", "--host", "0.0.0.0", "--port", "8500",
         name=name,
         options=("-v", f"{cube_root}:/cube:ro", "-p", "127.0.0.1::8500", "--read-only",
-                 "--tmpfs", "/tmp", "-e", "ELASTICCTR_CUBE_ADMIN_TOKEN=admin-secret"),
+                 "--tmpfs", "/tmp", "-e", "ELASTICCTR_CUBE_ADMIN_TOKEN=admin-secret", *options),
     )  # fmt: skip
     url = f"http://{docker.published(name, 8500)}"
     docker.wait_http(name, f"{url}/healthz")
