@@ -82,6 +82,9 @@ def test_streaming_discovery_and_resume_after_sigkill(tmp_path):
         # A checkpoint export carries the progress the checkpoint will hold.
         state = json.loads(export.pop("state"))
         assert sorted(state["done"]) == sorted([first["task"]["id"], held["task"]["id"]])
+        # Found again by the restarted process; its last task done after that.
+        timeline = export.pop("timeline")
+        assert timeline["data_found_at"] <= timeline["trained_at"] <= time.time()
         assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
         client.exported("20200401/00", "20200401/00", checkpoint=True)
 

@@ -15,7 +15,7 @@ from tests.conftest import shared_path
 pytestmark = pytest.mark.integration
 
 SLOTS = list(range(27))
-V1, V2, V3 = "20261130/00", "20261130/01", "20261130/02"
+V1, V2, V3, V4 = "20261130/00", "20261130/01", "20261130/02", "20261130/03"
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +321,45 @@ def test_ectl_predict_prints_probabilities_auc_and_logloss(
     assert code == 2 and f"{bad}:2" in err and "nothing was sent" in err, err
     code, out, err = here(str(demo), "--url", "http://127.0.0.1:1")
     assert code == 1 and "cannot reach the prediction service" in err, err
+
+
+def _handoff(server) -> dict[tuple[str, str], float]:
+    """elasticctr_serving_handoff_seconds' _count and _sum series by `since`."""
+    out = {}
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith("elasticctr_serving_handoff_seconds_") and "_bucket" not in line:
+            name, value = line.rsplit(" ", 1)
+            since = name.split('since="', 1)[1].split('"', 1)[0]
+            out[(since, name.split("{", 1)[0].rsplit("_", 1)[1])] = float(value)
+    return out
+
+
+def test_a_version_exported_while_serving_ran_measures_its_hand_off(server, store):
+    """The manifest's timeline (the coordinator's times and the export's) to the switch:
+    one observation per step for a version exported while serving ran; none for the
+    versions without a timeline (V1, V2) or exported before it started."""
+    import time
+
+    from elasticctr.serving.testing import write_version
+
+    before = _handoff(server)
+    assert all(since not in ("data_found", "trained") for since, _ in before), before
+    now = time.time()
+    keys = np.arange(1, 100, dtype=np.uint64)
+    old = {"data_found_at": 100.0, "trained_at": 110.0, "exported_at": 120.0}  # 1970
+    write_version(store, "20261129/23", slots=SLOTS, dim=8, keys=keys, seed=5,
+                  dense_from=store / "versions" / V1, timeline=old)  # fmt: skip
+    r = httpx.post(server.url + "/admin/version", json={"version": "20261129/23"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert _handoff(server) == before  # exported before this process started: nothing
+    timeline = {"data_found_at": now - 40, "trained_at": now - 7, "exported_at": now - 2}
+    write_version(store, V4, slots=SLOTS, dim=8, keys=keys, seed=4,
+                  dense_from=store / "versions" / V1, timeline=timeline)  # fmt: skip
+    r = httpx.post(server.url + "/admin/version", json={"version": V4}, timeout=60)
+    assert r.status_code == 200, r.text
+    switched = time.time()
+    got = _handoff(server)
+    for since, key in (("data_found", "data_found_at"), ("trained", "trained_at"),
+                       ("exported", "exported_at")):  # fmt: skip
+        assert got[(since, "count")] == 1, got
+        assert now - timeline[key] <= got[(since, "sum")] <= switched - timeline[key], since

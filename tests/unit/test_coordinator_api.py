@@ -42,6 +42,7 @@ def test_full_cycle_through_client(api):
         assert client.complete(got["lease"], 5)["accepted"]
     assert [(t["start"], t["end"]) for t in tasks] == [(0, 100), (100, 150)]
     assert json.loads(got.pop("state"))["exported"] == ["20200401/00"]
+    assert set(got.pop("timeline")) == {"data_found_at", "trained_at"}
     assert got == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
     client.exported("20200401/00", "20200401/00", checkpoint=True)
     assert client.lease() == {"kind": "finished"}

@@ -53,10 +53,13 @@ def test_every_task_done_once_then_export_then_finished():
     assert len(drain(coord, "0")) == 2
     export = coord.lease("0")
     assert export.pop("state")  # a checkpoint export carries the coordinator's state
+    timeline = export.pop("timeline")
+    assert set(timeline) == {"data_found_at", "trained_at"}
     assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": True}
     assert coord.lease("0") == {
         **export,
         "state": coord.lease("0")["state"],
+        "timeline": timeline,
     }  # asked again before confirming: the same export
     assert coord.lease("1")["kind"] == "wait"  # nobody else gets it
     coord.exported("20200401/00", "0", "20200401/00", checkpoint=True)
@@ -256,6 +259,7 @@ def test_no_drain_between_checkpoints():
     coord.complete(a["lease"], "0", 10)
     assert coord.lease("1")["kind"] == "task"  # not a checkpoint export: keep training
     export = coord.lease("0")
+    assert set(export.pop("timeline")) == {"data_found_at", "trained_at"}
     assert export == {"kind": "export", "partition": "20200401/00", "checkpoint": False}
 
 

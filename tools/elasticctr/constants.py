@@ -120,6 +120,9 @@ ENV_CUBE_ADMIN_TOKEN = "ELASTICCTR_CUBE_ADMIN_TOKEN"
 """Bearer token for a cube shard's /admin routes (server) and for cube-transfer (client)."""
 ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
 """Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
+ENV_CUBE_TRANSFER_URL = "ELASTICCTR_CUBE_TRANSFER_URL"
+"""cube-transfer's status server, for the coordinator's poke after each export (`ectl
+coordinator --transfer-url`): the hand-off does not wait for the transfer's poll."""
 CUBE_PORT = 8500
 CUBE_TRANSFER_PORT = 8510
 """cube-transfer's status server (/healthz, /readyz, /v1/status; `--listen`). The chart's

@@ -295,6 +295,10 @@ TRANSFER_ERRORS = _c(
     "Failures by kind: store_unreadable, version_rejected, poll_failed, registry_unreadable.",
     ["scenario", "kind"],
 )
+TRANSFER_POKES = _c(
+    "elasticctr_cube_transfer_pokes_total",
+    "Early polls asked for (POST /v1/poke: a coordinator exported a version).",
+)
 TRANSFER_SHARD_UP = _g(
     "elasticctr_cube_transfer_shard_up",
     "1 when the shard answered cube-transfer's latest call, 0 when it could not be reached.",
@@ -355,6 +359,14 @@ SERVING_FRESHNESS = _g(
     "(lower is fresher; docs/operations.md).",
     ["scenario"],
 )
+SERVING_HANDOFF = _h(
+    "elasticctr_serving_handoff_seconds",
+    "From a point of a version's life (since: data_found, trained, exported; the training "
+    "job's clock) to this replica serving it; versions exported while it ran.",
+    ["scenario", "since"],
+)
+HANDOFF_SINCE = {"data_found": "data_found_at", "trained": "trained_at", "exported": "exported_at"}
+"""SERVING_HANDOFF's `since` label -> the manifest timeline entry it is measured from."""
 SERVING_HTTP = _http("serving")
 
 

@@ -44,6 +44,12 @@ def coordinator(
     poll_seconds: float = typer.Option(
         C.DEFAULT_COORDINATOR_POLL_SECONDS, min=0.05, help="How often to look for new hours."
     ),
+    transfer_url: str | None = typer.Option(
+        None,
+        envvar=C.ENV_CUBE_TRANSFER_URL,
+        help="cube-transfer's status server, poked after each export so the new version "
+        "is published at once (without it the transfer finds it at its next poll).",
+    ),
     from_checkpoint: str | None = typer.Option(
         None,
         help="This start is a job (re)start: take progress from this checkpoint folder "
@@ -110,6 +116,7 @@ def coordinator(
         poll_seconds=poll_seconds,
         scenario=scenario,
         utc_offset=utc_offset,
+        transfer_url=transfer_url or None,
     )
     run(settings, host, port)
 

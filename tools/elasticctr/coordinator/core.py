@@ -18,6 +18,7 @@ Semantics (docs/coordinator.md):
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -26,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
+
+log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 CHECKPOINT_STATE = "coordinator.json"
@@ -68,6 +71,10 @@ class _Partition:
     exported: bool = False
     export_leased_to: str | None = None
     checkpoint: bool = False
+    found_at: float | None = None
+    """Wall-clock time the partition was added (its data found complete), Unix time."""
+    trained_at: float | None = None
+    """Wall-clock time its last task was done; None when that was before a restart."""
 
 
 def split_tasks(spec: PartitionSpec, task_bytes: int) -> list[Task]:
@@ -96,7 +103,11 @@ class Coordinator:
         checkpoint_every: int = C.DEFAULT_COORDINATOR_CHECKPOINT_EVERY,
         save: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wallclock: Callable[[], float] = time.time,
+        on_exported: Callable[[str], None] | None = None,
     ):
+        """`on_exported(partition)`: called, outside the lock, once an export is recorded
+        (the runtime tells cube-transfer, so the hand-off does not wait for its poll)."""
         if lease_seconds <= 0 or task_bytes <= 0 or window <= 0 or checkpoint_every <= 0:
             raise EctlError("coordinator settings must be positive")
         self.lease_seconds = lease_seconds
@@ -105,6 +116,8 @@ class Coordinator:
         self.checkpoint_every = checkpoint_every
         self._save = save
         self._clock = clock
+        self._wallclock = wallclock
+        self._on_exported = on_exported
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
         self._order: list[str] = []
@@ -137,6 +150,7 @@ class Coordinator:
                 spec.partition,
                 [t.id for t in tasks],
                 exported=spec.partition in self._restored_exports,
+                found_at=self._wallclock(),
             )
             self._partitions[spec.partition] = part
             self._order.append(spec.partition)
@@ -238,6 +252,8 @@ class Coordinator:
             part = self._partitions[task.partition]
             part.done.add(task.id)
             part.samples += samples
+            if len(part.done) == len(part.task_ids):
+                part.trained_at = self._wallclock()
             info = self._trainers[trainer]
             info["samples"] += samples
             info["tasks"] += 1
@@ -283,6 +299,11 @@ class Coordinator:
             if checkpoint:
                 self._exports_since_checkpoint = 0
             self._persist()
+        if self._on_exported is not None:
+            try:
+                self._on_exported(partition)
+            except Exception:  # noqa: BLE001 - a hand-off hint never fails the record
+                log.exception("on_exported(%s) failed", partition)
 
     # -- internals -------------------------------------------------------------------
     def _touch(self, trainer: str, now: float) -> None:
@@ -370,6 +391,10 @@ class Coordinator:
 
     def _export_answer(self, part: _Partition) -> dict:
         answer = {"kind": "export", "partition": part.id, "checkpoint": part.checkpoint}
+        # When its data was found and trained, for the version's manifest (`timeline`):
+        # serving measures the hand-off to the moment it serves the version from them.
+        timeline = {"data_found_at": part.found_at, "trained_at": part.trained_at}
+        answer["timeline"] = {k: v for k, v in timeline.items() if v is not None}
         if part.checkpoint:
             # What the checkpoint holds: every done task, this partition exported.
             answer["state"] = self._snapshot(checkpoint=part.id)

@@ -46,6 +46,41 @@ class CoordinatorSettings:
     """Labels the version metrics (global.scenario.name)."""
     utc_offset: str | None = None
     """Clock of the data hours (global.data.utcOffset; else $ELASTICCTR_DATA_UTC_OFFSET)."""
+    transfer_url: str | None = None
+    """cube-transfer's status server: poked after each export (None: it polls alone)."""
+
+
+class TransferPoke:
+    """Tell cube-transfer that `scenario` exported a version (POST /v1/poke), off the
+    request thread and at most one call at a time: a poke is a hint that moves the
+    transfer's next poll earlier, so a failure is logged and its interval still finds
+    the version (docs/cube.md "Hand-off")."""
+
+    def __init__(self, url: str, scenario: str, timeout: float = 5.0):
+        self.url = url.rstrip("/") + "/v1/poke"
+        self.scenario = scenario
+        self.timeout = timeout
+        self._busy = threading.Lock()
+        self.sent = 0
+        self.failed = 0
+
+    def __call__(self, partition: str) -> None:
+        threading.Thread(target=self.send, args=(partition,), daemon=True).start()
+
+    def send(self, partition: str) -> bool:
+        import httpx
+
+        with self._busy:
+            try:
+                httpx.post(
+                    self.url, json={"scenario": self.scenario}, timeout=self.timeout
+                ).raise_for_status()
+            except httpx.HTTPError as exc:
+                self.failed += 1
+                log.warning("poke %s after exporting %s failed: %s", self.url, partition, exc)
+                return False
+            self.sent += 1
+            return True
 
 
 def read_stored_progress(store: str, hdfs_ugi: str | None = None) -> dict | None:
@@ -89,7 +124,8 @@ def discover(settings: CoordinatorSettings, stop: threading.Event) -> Iterator[P
 
 
 def build(settings: CoordinatorSettings) -> Coordinator:
-    """A coordinator that persists to `state_url` and resumes from it if present."""
+    """A coordinator that persists to `state_url` and resumes from it if present, and
+    pokes cube-transfer (`transfer_url`) after each export."""
 
     def save(snapshot: str) -> None:
         storage.write_text(settings.state_url, snapshot, settings.hdfs_ugi)
@@ -100,6 +136,9 @@ def build(settings: CoordinatorSettings) -> Coordinator:
         window=settings.window,
         checkpoint_every=settings.checkpoint_every,
         save=save,
+        on_exported=TransferPoke(settings.transfer_url, settings.scenario)
+        if settings.transfer_url
+        else None,
     )
     if storage.exists(settings.state_url, settings.hdfs_ugi):
         coordinator.restore(storage.read_text(settings.state_url, settings.hdfs_ugi))

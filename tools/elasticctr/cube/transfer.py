@@ -10,6 +10,8 @@
     phase 2  every shard: POST /admin/commit V (atomic swap); a shard that misses it is
              brought to V by `reconcile` on every later poll (load + commit)
     notify   POST {"version": V, ...} to each --notify URL (serving)
+    wake     the watcher polls every --interval, and at once when poked (`poke()`, POST
+             /v1/poke on the status server: the coordinator's call after each export)
     retain   keep the K newest built versions (and the committed one); delete the rest
 
 `rollback(V)` runs the same two phases for an earlier version still retained.
@@ -187,6 +189,9 @@ class Transfer:
         self.shards_error: str | None = None
         """Why the watcher is still waiting for its shards (None once they answered)."""
         self.counts = counts or Counts()
+        self.wake = threading.Event()
+        """Set by `poke`: the watcher polls now instead of at the end of its interval."""
+        self.pokes = 0
         prefix = "" if table == scenarios.DEFAULT else f"[{table}] "
         say = echo or (lambda msg: log.info(msg))
         self.echo = lambda msg: say(prefix + msg)
@@ -455,8 +460,19 @@ class Transfer:
         """Scenario -> its transfer (this one alone), for /metrics."""
         return {self.table: self}
 
+    def poke(self, scenario: str | None = None) -> None:
+        """A new version may be in the store (`scenario`'s, or any): poll now."""
+        self.pokes += 1
+        self.wake.set()
+
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)
+
+
+def _sleep(t: Transfer | PlatformTransfer, interval: float) -> None:
+    """Until the next poll: `interval` seconds, or less when poked meanwhile."""
+    t.wake.wait(interval)
+    t.wake.clear()
 
 
 def _watch(t: Transfer | PlatformTransfer, interval: float, stop: Callable[[], bool]) -> None:
@@ -472,14 +488,14 @@ def _watch(t: Transfer | PlatformTransfer, interval: float, stop: Callable[[], b
             t.shards_error = str(exc)
             t.echo(f"waiting for shards: {exc}")
             t.probe_store()
-            time.sleep(interval)
+            _sleep(t, interval)
     while not stop():
         try:
             t.poll_once()
         except (EctlError, OSError) as exc:  # OSError: a local store's folder (a mount)
             t.counts.inc("error", getattr(t, "table", ""), "poll_failed")
             t.echo(f"poll failed: {redact_url(str(exc), t.store or '')}")
-        time.sleep(interval)
+        _sleep(t, interval)
 
 
 class PlatformTransfer:
@@ -517,6 +533,8 @@ class PlatformTransfer:
         self.errors: dict[str, str] = {}
         self.shards_error: str | None = None
         self.counts = Counts()
+        self.wake = threading.Event()
+        self.pokes = 0
         self._add(scenarios.DEFAULT, None)
 
     def close(self) -> None:
@@ -681,6 +699,12 @@ class PlatformTransfer:
     def tables(self) -> dict[str, Transfer]:
         """Scenario -> its transfer (a copy: the poll thread adds and drops some)."""
         return dict(self.transfers)
+
+    def poke(self, scenario: str | None = None) -> None:
+        """A new version may be in a scenario's store: poll every scenario now (a round
+        reads one listing per scenario; pokes come once per exported hour and scenario)."""
+        self.pokes += 1
+        self.wake.set()
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         _watch(self, interval, stop)

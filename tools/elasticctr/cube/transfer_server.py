@@ -10,18 +10,22 @@
                   (`progress/coordinator.json`); 404 when there is none yet or the
                   scenario is not registered; 502 when the store cannot be read or the
                   record is corrupt
+  POST /v1/poke   {"scenario": NAME} (optional): a new version may be in the store, poll
+                  now instead of at the end of the interval; 202 {"poked": true}. The
+                  coordinator calls it after each export (docs/cube.md "Hand-off")
   GET /metrics    Prometheus text (prometheus_client; names in elasticctr.metrics):
                   per scenario the committed and the store's newest version, whether the
                   store reads, publishes and errors by kind; each shard's reachability
 
-Read-only. The probes are answered from memory (plus the small transfer.json) and never
-wait for the store or the shards; /v1/progress reads the store on request. Served by the
-threaded front end of elasticctr.httpd (the coordinator's), on CUBE_TRANSFER_PORT by
-default.
+Read-only but for the poke, which only moves the next poll earlier. The probes are
+answered from memory (plus the small transfer.json) and never wait for the store or the
+shards; /v1/progress reads the store on request. Served by the threaded front end of
+elasticctr.httpd (the coordinator's), on CUBE_TRANSFER_PORT by default.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -43,6 +47,8 @@ class Watched(Protocol):
     def status_doc(self) -> dict[str, Any]: ...
 
     def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None: ...
+
+    def poke(self, scenario: str | None = None) -> None: ...
 
     def tables(self) -> dict[str, Any]: ...
 
@@ -111,6 +117,23 @@ class _Handler(HardenedHandler):
             return self.send_json(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         self.send_json_error(404, "not_found", f"no such endpoint {path}")
 
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path != "/v1/poke":
+            return self.send_json_error(404, "not_found", f"no such endpoint {path}")
+        raw = self.read_body(1 << 10)  # HttpError 413/400: answered by the layer
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            return self.send_json_error(400, "bad_request", f"body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return self.send_json_error(400, "bad_request", "body must be a JSON object")
+        scenario = body.get("scenario")
+        if scenario is not None and not isinstance(scenario, str):
+            return self.send_json_error(400, "bad_request", "'scenario' must be a string")
+        self.server.watched.poke(scenario)
+        return self.send_json(202, {"poked": True})
+
     def _progress(self) -> None:
         query = parse_qs(urlsplit(self.path).query)
         scenario = query.get("scenario", [None])[-1]
@@ -167,4 +190,5 @@ class TransferCollector:
                 up.add_metric([str(i)], int(shard.reachable))
         yield up
         yield M.TRANSFER_SCENARIOS.family(len(tables))
+        yield M.TRANSFER_POKES.family(watched.pokes)
         yield from M.http_families(M.TRANSFER_HTTP, self.server.stats)

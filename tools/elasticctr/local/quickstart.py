@@ -326,7 +326,8 @@ def _train(opts, plans, values_files, stack: LocalStack, console: Console, sup):
             opts.trainers,
             stack.workdir / "train" / p.name / "checkpoint",
             echo=lambda msg, name=p.name: console.log(f"{name}: {msg}", markup=False),
-            env=p.env,
+            # The coordinator pokes cube-transfer after each export (docs/cube.md "Hand-off").
+            env={**p.env, C.ENV_CUBE_TRANSFER_URL: stack.endpoints.transfer},
         )
         for p in plans
     }

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from elasticctr import constants as C
 from elasticctr.errors import EctlError
 from elasticctr.local.stack import STATE_FILE, LocalStack
 from elasticctr.net import wait_http_ok
@@ -58,6 +59,8 @@ def run_local(
                     trainers,
                     Path(stack.workdir) / "train" / "checkpoint",
                     echo=console.log,
+                    # Poked after each export (docs/cube.md "Hand-off").
+                    env={C.ENV_CUBE_TRANSFER_URL: stack.endpoints.transfer},
                 )
                 console.log(f"{result.summary()}; services keep serving the newest version")
             except EctlError as exc:

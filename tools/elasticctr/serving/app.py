@@ -139,6 +139,10 @@ class Metrics:
         self.switches = M.SERVING_SWITCHES.metric(r)
         self.version = M.SERVING_VERSION_INFO.metric(r)
         self.retries = M.SERVING_RETRIES.metric(r)
+        self.handoff = M.SERVING_HANDOFF.metric(
+            r, buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800, 3600)
+        )
+        self.started_at = time.time()
         self.http_stats = HttpStats()  # replaced by the server's when serving
         self.scenarios: ScenarioSet | None = None  # set by ServingApp
         self.tz = M.data_timezone()
@@ -402,11 +406,25 @@ class VersionManager:
             if prev:
                 self.metrics.version.remove(self.scenario, prev)
             self.metrics.version.labels(self.scenario, version).set(1)
-            log.info("%sserving version %s (was %s)", self._tag, version, prev)
+            handoff = self._observe_handoff(sv)
+            log.info("%sserving version %s (was %s)%s", self._tag, version, prev, handoff)
             if self.cfg.mlflow_tracking_uri:
                 asyncio.get_running_loop().create_task(self._log_mlflow(version))
                 self.sync_alias()
             return prev, True
+
+    def _observe_handoff(self, sv: ServingVersion) -> str:
+        """Hand-off times of a version exported while this process ran (a restart that
+        loads an old version measures nothing); returns them for the log line."""
+        timeline, now = sv.info.timeline, time.time()
+        if timeline.get("exported_at", 0.0) < self.metrics.started_at:
+            return ""
+        said = []
+        for since, key in M.HANDOFF_SINCE.items():
+            if key in timeline and now >= timeline[key]:
+                self.metrics.handoff.labels(self.scenario, since).observe(now - timeline[key])
+                said.append(f"{since} {now - timeline[key]:.1f}s ago")
+        return f"; {', '.join(said)}" if said else ""
 
     async def _log_mlflow(self, version: str) -> None:
         """Log the version as an MLflow pyfunc in a low-priority child process (once)."""

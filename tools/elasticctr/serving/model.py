@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ class VersionInfo:
     model: str
     heldout_auc: float | None = None
     """The version's AUC on the held-out samples of its hour (manifest metrics.auc)."""
+    timeline: dict[str, float] = field(default_factory=dict, compare=False)
+    """Manifest `timeline` (Unix times): data_found_at, trained_at, exported_at -- each
+    when the training job knew it; entries that are not numbers are left out."""
 
     @staticmethod
     def from_manifest(manifest: dict[str, Any], version: str | None = None) -> VersionInfo:
@@ -51,6 +54,12 @@ class VersionInfo:
             raise EctlError(f"{where}: manifest sparse_dim must be a positive integer or null")
         model = manifest.get("model")
         auc = (manifest.get("metrics") or {}).get("auc")
+        raw = manifest.get("timeline")
+        timeline = {
+            str(k): float(v)
+            for k, v in (raw.items() if isinstance(raw, dict) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool) and v == v
+        }
         return VersionInfo(
             version=str(version or manifest.get("version", "")),
             slots=tuple(slots),
@@ -58,6 +67,7 @@ class VersionInfo:
             sparse_dim=sparse_dim,
             model=str(model.get("name", "")) if isinstance(model, dict) else str(model or ""),
             heldout_auc=float(auc) if isinstance(auc, int | float) and auc == auc else None,
+            timeline=timeline,
         )
 
 

@@ -51,8 +51,10 @@ def write_version(
     parts: int = 2,
     sparse_dim: int | None = None,
     dense_from: Path | None = None,
+    timeline: dict[str, float] | None = None,
 ) -> Path:
     """A complete version under {store}/versions/{version}; returns its directory.
+    `timeline`: the manifest's (what a training job's export writes; none by default).
 
     `dense_from` copies the dense model files of another version (same slots/dim) instead
     of building one, so tests can make versions that differ only in their embeddings.
@@ -84,6 +86,8 @@ def write_version(
         "metrics": {},
         "sparse": {"rows": int(keys.size), "parts": parts},
     }
+    if timeline is not None:
+        meta["timeline"] = timeline
     versions.write_manifest(vdir, version, meta)
     return vdir
 

@@ -666,7 +666,9 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
         log(f"{partition}: already published before the job restart; keeping that version")
         result = {"republished": False, **train}
     else:
-        result = export.export_partition(cfg, partition, dump_dir, dense_meta, heldout, train)
+        result = export.export_partition(
+            cfg, partition, dump_dir, dense_meta, heldout, train, answer.get("timeline")
+        )
     if opts.results is not None:
         import json
 

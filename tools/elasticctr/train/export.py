@@ -267,12 +267,22 @@ def model_store(cfg: TrainConfig) -> modelstore.ModelStore:
 
 
 def export_partition(
-    cfg: TrainConfig, version_id: str, dump_dir: Path, dense_meta: dict, heldout: list, train: dict
+    cfg: TrainConfig,
+    version_id: str,
+    dump_dir: Path,
+    dense_meta: dict,
+    heldout: list,
+    train: dict,
+    timeline: Mapping[str, float] | None = None,
 ) -> dict:
     """Version `version_id` from the pservers' dump in `dump_dir` (`ps/`, and the dense
     model `save_dense` wrote to `dense/`): built in `dump_dir/version`, evaluated on the
     `heldout` batches (its metrics, with `train`'s, go into the manifest), published to
-    the model store. Returns the metrics and where the version went (`exported_to`)."""
+    the model store. Returns the metrics and where the version went (`exported_to`).
+
+    `timeline`: when the coordinator found the hour's data and when its last task was
+    done (Unix times); the manifest's `timeline` adds `exported_at`, and serving measures
+    the hand-off from each to the moment it serves the version (docs/operations.md)."""
     t0 = time.monotonic()
     keys, values = read_sparse_dump(dump_dir / "ps" / "000", cfg.model.table_dim)
     # Keys are the feasigns as trained: already reduced modulo SPARSE_DIM by the parser.
@@ -297,6 +307,7 @@ def export_partition(
     # Metrics of the exported version itself go into the manifest (rebuild: sha changes).
     evaluated = evaluate_version(local, heldout)
     meta["metrics"].update(evaluated)
+    meta["timeline"] = {**(timeline or {}), "exported_at": time.time()}
     manifest = build()
     target = ""
     if cfg.model_store:

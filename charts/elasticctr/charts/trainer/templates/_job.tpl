@@ -142,6 +142,11 @@ spec:
         - name: ELASTICCTR_COORDINATOR_YIELD_HOLD_SECONDS
           value: {{ $v.coordinator.yieldToKubeScheduler.holdSeconds | quote }}
         {{- end }}
+        {{- if $v.coordinator.pokeTransfer }}
+        # Poked after each export: the platform's cube-transfer publishes the version at once.
+        - name: ELASTICCTR_CUBE_TRANSFER_URL
+          value: {{ printf "http://%s-cube-transfer:%s" (include "trainer.platform" .ctx) (include "elasticctr.port" "cubeTransfer") | quote }}
+        {{- end }}
         {{- end }}
         {{- if eq .role "trainer" }}
         - name: ELASTICCTR_COORDINATOR_PORT
