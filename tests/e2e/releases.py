@@ -132,6 +132,54 @@ def status(kube_cluster, release: str, namespace: str, env: dict | None = None) 
     return json.loads(proc.stdout)
 
 
+def serving_handoff(kube_cluster, namespace: str, release: str) -> dict[str, dict]:
+    """Every serving replica's elasticctr_serving_handoff_seconds, through the API
+    server's pod proxy, summed over replicas and scenarios: since -> {"count", "sum",
+    "p50"} (p50 interpolated in its bucket, as PromQL's histogram_quantile does)."""
+    from elasticctr.cli.status import _pod_proxy_get
+
+    core = core_api(kube_cluster)
+    pods = core.list_namespaced_pod(
+        namespace,
+        label_selector=f"app.kubernetes.io/instance={release},app.kubernetes.io/component=serving",
+    ).items
+    return handoff_of([str(_pod_proxy_get(core, namespace, p, "/metrics")) for p in pods])
+
+
+def handoff_of(texts: list[str]) -> dict[str, dict]:
+    """`serving_handoff` of the /metrics texts of the replicas."""
+    import re
+
+    buckets: dict[str, dict[float, float]] = {}
+    totals: dict[str, dict[str, float]] = {}
+    series = re.compile(r"^elasticctr_serving_handoff_seconds_(bucket|count|sum)\{(.*)\} (\S+)$")
+    for text in texts:
+        for line in text.splitlines():
+            m = series.match(line)
+            if not m:
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            since, value = labels["since"], float(m.group(3))
+            if m.group(1) == "bucket":
+                le = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
+                buckets.setdefault(since, {})[le] = buckets.get(since, {}).get(le, 0.0) + value
+            else:
+                t = totals.setdefault(since, {"count": 0.0, "sum": 0.0})
+                t[m.group(1)] += value
+    out = {}
+    for since, t in totals.items():
+        edges = sorted(buckets[since].items())
+        rank, lower, below, p50 = t["count"] / 2, 0.0, 0.0, float("nan")
+        for le, cumulative in edges:
+            if cumulative >= rank and cumulative > below:
+                upper = le if le != float("inf") else lower
+                p50 = lower + (upper - lower) * (rank - below) / (cumulative - below)
+                break
+            lower, below = le, cumulative
+        out[since] = {**t, "p50": p50}
+    return out
+
+
 def exported(kube_cluster, release: str, namespace: str) -> set[str]:
     coordinator = status(kube_cluster, release, namespace).get("coordinator") or {}
     return {p["partition"] for p in coordinator.get("partitions", []) if p.get("exported")}

@@ -552,6 +552,20 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
         want = releases.expected_samples([local[name]], 1000001, tmp_path, slots)
         s = releases.status(kube_cluster, name, NS)
         assert s["coordinator"]["samples"] == want, (name, s["coordinator"])
+    # Freshness hand-off (docs/cube.md "Hand-off"): the export pokes cube-transfer, serving
+    # follows cube; each replica measured every version it switched to (goal: trained ->
+    # served 15 s p50; asserted at 3x on this loaded node; bench/handoff has the figures).
+    handoff = releases.serving_handoff(kube_cluster, NS, PLATFORM)
+    print(
+        "hand-off, p50 (interpolated) / mean over "
+        f"{handoff.get('trained', {}).get('count', 0):.0f} versions: "
+        + ", ".join(
+            f"{since}->served {h['p50']:.1f} / {h['sum'] / h['count']:.1f} s"
+            for since, h in sorted(handoff.items())
+        )
+    )
+    assert handoff["trained"]["count"] >= 3, handoff
+    assert handoff["trained"]["p50"] <= 45, handoff
     utilisation, whole = util.mean(since=four_running), util.mean()
     print(
         f"tenant placed in {tenant_placed_s:.1f} s ({tenant_cpu}m; evicted {taken}), "
