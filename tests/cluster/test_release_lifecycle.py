@@ -533,6 +533,8 @@ def test_status_reads_the_real_objects(cluster, release, ectl):
             "succeeded": 0,
             "failed": 0,
             "retryCount": 1,
+            "maxRetry": job["spec"]["maxRetry"],
+            "retriesRecovered": 0,
             "tasks": {"coordinator": 1, "pserver": 1, "trainer": 2},
         }
     ]
