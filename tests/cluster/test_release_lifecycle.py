@@ -264,11 +264,14 @@ def test_chart_rbac_is_least_privilege(cluster, second):
         assert not allowed(transfer, "update", "configmaps")
         assert not allowed(transfer, "get", "secrets")
         assert not allowed(transfer, "list", "configmaps", namespace="default")
-        # The job's account: what the coordinator needs to yield trainers to kube-scheduler.
+        # The job's account: what the coordinator needs to yield trainers to kube-scheduler,
+        # give spent retries back and replace trainers the kubelet evicted.
         job_sa = f"{RELEASE}-trainer"
-        assert all(allowed(job_sa, verb, "pods") for verb in ("list", "watch"))
+        assert all(allowed(job_sa, verb, "pods") for verb in ("list", "watch", "delete"))
         assert all(allowed(job_sa, v, "jobs", group="batch.volcano.sh") for v in ("get", "patch"))
-        assert not allowed(job_sa, "delete", "pods")
+        assert allowed(job_sa, "patch", "jobs/status", group="batch.volcano.sh")
+        assert not allowed(job_sa, "create", "pods")
+        assert not allowed(job_sa, "delete", "jobs", group="batch.volcano.sh")
         assert not allowed(job_sa, "create", "jobs", group="batch.volcano.sh")
         assert not allowed(job_sa, "list", "pods", namespace="default")
         assert not allowed(job_sa, "get", "configmaps")
@@ -396,6 +399,100 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
         api.close()
 
 
+def test_coordinator_gives_retries_back_and_replaces_evicted_trainers(cluster, second):
+    """elasticctr.coordinator.upkeep against the real API server, as the job's account (a
+    token of the chart's ServiceAccount, the chart's Role): a Job that Volcano restarted
+    twice (status written as its controller writes it) gets `retryCount` 0 back through
+    the status subresource after the healthy period, the total lands in the Job's
+    annotation; a trainer pod the kubelet evicted (phase Failed, reason Evicted) is
+    deleted, one still running is not. No Volcano controller here: tests/e2e/test_release.py
+    runs the same with Volcano."""
+    import threading
+
+    from kubernetes import client
+
+    from elasticctr.coordinator.upkeep import ANNOTATION_RECOVERED, Upkeep
+    from elasticctr.kube_api import InCluster
+
+    api = cluster.api()
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    (job,) = volcano_jobs(api, SECOND_NS)
+    name = job["metadata"]["name"]
+
+    def get() -> dict:
+        return custom.get_namespaced_custom_object(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name)
+
+    job["status"] = {"state": {"phase": "Running"}, "retryCount": 2, "minAvailable": 3}
+    custom.replace_namespaced_custom_object_status(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name, job)
+
+    def trainer_pod(pod: str) -> dict:
+        return {
+            "metadata": {
+                "name": pod,
+                "labels": {"volcano.sh/job-name": name, "volcano.sh/task-spec": "trainer"},
+            },
+            "spec": {
+                "serviceAccountName": f"{RELEASE}-trainer",
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "t", "image": "elasticctr.local/pause:3.10"}],
+            },
+        }
+
+    running, evicted = f"{name}-trainer-0", f"{name}-trainer-1"
+    for pod in (running, evicted):
+        core.create_namespaced_pod(SECOND_NS, trainer_pod(pod))
+    # as the kubelet writes an eviction under node pressure
+    status = {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "message": "The node was low on resource: memory.",
+    }
+    core.patch_namespaced_pod_status(evicted, SECOND_NS, {"status": status})
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=900)
+    )
+    token = core.create_namespaced_service_account_token(
+        f"{RELEASE}-trainer", SECOND_NS, request
+    ).status.token
+    kube = InCluster(
+        purpose="test", namespace=SECOND_NS, api=cluster.server, token=token,
+        ca=str(cluster.pki["ca.crt"]),
+    )  # fmt: skip
+    keeper = Upkeep(kube, name, recovery_seconds=3.0, replace_evicted=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=keeper.run, args=(stop,), daemon=True)
+    t0 = time.monotonic()
+    thread.start()
+
+    def until(what: str, check, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: {get().get('status')}"
+            time.sleep(0.2)
+
+    def names() -> set[str]:
+        listed = core.list_namespaced_pod(SECOND_NS, label_selector=f"volcano.sh/job-name={name}")
+        return {p.metadata.name for p in listed.items}
+
+    try:
+        until("the evicted trainer deleted", lambda: evicted not in names())
+        assert running in names() and keeper.replaced == [evicted]
+        until("retries given back", lambda: get()["status"].get("retryCount", 0) == 0)
+        assert time.monotonic() - t0 >= 3.0, "given back before the healthy period"
+        got = get()
+        assert got["metadata"]["annotations"][ANNOTATION_RECOVERED] == "2", got["metadata"]
+        assert got["status"]["state"]["phase"] == "Running" and keeper.recovered == 2
+        assert got["spec"] == job["spec"]
+    finally:
+        stop.set()
+        thread.join(15)
+        for pod in names():
+            core.delete_namespaced_pod(pod, SECOND_NS, grace_period_seconds=0)
+        api.close()
+
+
 def test_status_reads_the_real_objects(cluster, release, ectl):
     from kubernetes import client
 
@@ -436,6 +533,8 @@ def test_status_reads_the_real_objects(cluster, release, ectl):
             "succeeded": 0,
             "failed": 0,
             "retryCount": 1,
+            "maxRetry": job["spec"]["maxRetry"],
+            "retriesRecovered": 0,
             "tasks": {"coordinator": 1, "pserver": 1, "trainer": 2},
         }
     ]

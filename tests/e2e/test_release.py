@@ -14,9 +14,11 @@ each from HDFS, cube and serving switch to the newest; `helm test` passes; `ectl
 shows it all; predictions through `ectl port-forward serving -- ectl predict` equal a local
 `ectl serve` of the same version read from HDFS; MLflow has the run, the registered versions
 and the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
-deleted trainer pod is replaced alone and no sample is counted twice; a pserver pod deleted
-mid-hour restarts the whole job from its last checkpoint, which trains and publishes that
-hour with every sample counted once; `ectl rollback` restores the previous revision and
+deleted trainer pod is replaced alone and no sample is counted twice; three pserver pods
+deleted with healthy periods between (the last mid-hour) each restart the whole job from
+its last checkpoint, the coordinator gives each restart's retry back, so a `maxRetry` of 2
+is never exhausted, and the hour in flight is trained and published with every sample
+counted once; `ectl rollback` restores the previous revision and
 `ectl uninstall` leaves no pod.
 
 The tests of this module run in order on one release (module-scoped fixture).
@@ -44,6 +46,20 @@ pytestmark = pytest.mark.timeout(1800)
 
 NS = "e2e-release"
 PSERVER_GRACE_S = 120  # the deleted pserver's grace period
+RECOVERY_S = 20
+"""trainer.volcano.retryRecoverySeconds of the release: the healthy period after which the
+coordinator gives a restart's retry back (production default 1800)."""
+TRAINER_SCRATCH = "256Mi"
+LONG_JOB_VALUES = {
+    "trainer": {
+        "volcano": {"maxRetry": 2, "retryRecoverySeconds": RECOVERY_S},
+        "trainer": {"resources": {"limits": {"ephemeral-storage": TRAINER_SCRATCH}}},
+    }
+}
+"""Added to the guide's ctr.yaml: with `maxRetry` 2, the second of the three pserver
+deletions would fail the job unless the retries come back; a trainer that writes more
+than TRAINER_SCRATCH to its /tmp is evicted by the kubelet (a real kubelet eviction on a
+node without pressure)."""
 RELEASE = "ctr"
 ECTL = releases.ECTL
 HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03", "20200401/04"]
@@ -126,6 +142,12 @@ def release(kube_cluster, chart_ref, published, hdfs, tmp_path_factory):
         },  # fmt: skip
     }
     run_step(kube_cluster, state, "init", timeout=300)
+    import yaml
+
+    from elasticctr.values import merge
+
+    ctr = work / "ctr.yaml"
+    ctr.write_text(yaml.safe_dump(merge(yaml.safe_load(ctr.read_text()), LONG_JOB_VALUES)))
     yield state
     ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", check=False, timeout=300)
 
@@ -387,6 +409,45 @@ def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone
     job = custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", name)
     assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
 
+    # The kubelet evicts a trainer (its scratch space over the limit): the pod stays Failed
+    # until the coordinator deletes it; Volcano recreates it alone, no retry spent.
+    victim = sorted(after)[-1]
+    evicted_uid = after[victim].metadata.uid
+    others = {n: p.metadata.uid for n, p in after.items() if n != victim}
+    mib = int(TRAINER_SCRATCH.removesuffix("Mi")) + 64
+    proc = subprocess.run(
+        ["kubectl", "exec", "-n", NS, victim, "--", "sh", "-c",
+         f"dd if=/dev/zero of=/tmp/fill bs=1M count={mib} 2>&1 | tail -1"],
+        capture_output=True, text=True, timeout=300, env=_env(kube_cluster),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    t0 = time.monotonic()
+    seen: dict = {}
+
+    def evicted_and_replaced():
+        by_name = {p.metadata.name: p for p in pods(kube_cluster, "trainer")}
+        pod = by_name.get(victim)
+        if pod is not None and pod.metadata.uid == evicted_uid:
+            if pod.status.phase == "Failed" and pod.status.reason == "Evicted":
+                seen.setdefault("evicted_s", round(time.monotonic() - t0, 1))
+            return None
+        if pod is None or pod.status.phase != "Running":
+            return None
+        return by_name
+
+    after = wait_until(f"{victim} evicted and replaced", evicted_and_replaced, 600,
+                       kube_cluster, NS)  # fmt: skip
+    replaced_s = round(time.monotonic() - t0, 1)
+    for pod_name, uid in others.items():
+        assert after[pod_name].metadata.uid == uid, f"{pod_name} was restarted too"
+    job = custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", name)
+    assert (job.get("status") or {}).get("retryCount", 0) == 0, job.get("status")
+    (coordinator,) = pods(kube_cluster, "coordinator")
+    log = core_api(kube_cluster).read_namespaced_pod_log(coordinator.metadata.name, NS)
+    assert f"evicted: trainer pod {victim} was Failed by the kubelet (Evicted)" in log, log[-2000:]
+    print(f"\n{victim} evicted by the kubelet {seen.get('evicted_s')} s after writing "
+          f"{mib} MiB, replaced and Running {replaced_s} s after")  # fmt: skip
+
     # the rest of the hours: every sample of every hour trained exactly once
     upload_hours(release, REST[0], len(REST))
     done = FIRST + REST
@@ -418,70 +479,43 @@ def coordinator_progress(kube_cluster, pod) -> dict:
     return got
 
 
-@pytest.mark.slow
-def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, release, tmp_path):
-    """The pserver holds the only copy of its shard of the parameters, so losing its pod
-    restarts the whole job (the chart's pserver policy: PodEvicted/PodFailed → RestartJob;
-    Volcano deletes every pod of the job, counts one retry of `maxRetry` and recreates them).
-    The coordinator restarts from the checkpoint of the last exported hour, one trainer loads
-    it into the fresh pserver, the hour in flight is trained again from its start and
-    published, and every sample is counted once."""
+def delete_pserver(
+    kube_cluster, checkpoint: str, kept: dict, deletion: int, recover: bool = True
+) -> dict:
+    """Delete the job's pserver pod and follow the restart it causes: Volcano counts one
+    retry and restarts the whole job (PodEvicted/PodFailed → RestartJob), the new
+    coordinator resumes from `checkpoint` with the samples of `kept` (hour → samples)
+    unchanged, a trainer loads the checkpoint into the new pserver, and (`recover`) after
+    RECOVERY_S of health the coordinator gives the retry back (`retryCount` 0, the
+    `elasticctr/retries-recovered` annotation counts `deletion` in all). Returns the
+    timings (s after the deletion)."""
     job = volcano_job(kube_cluster)
-    assert job["status"]["state"]["phase"] == "Running", job["status"]
-    retries = job["status"].get("retryCount", 0)
+    st = job["status"]
+    assert st["state"]["phase"] == "Running" and st.get("retryCount", 0) == 0, st
     (pserver,) = pods(kube_cluster, "pserver")
-    (coordinator,) = pods(kube_cluster, "coordinator")
-    old_coordinator = coordinator
-    progress = coordinator_progress(kube_cluster, coordinator)
-    checkpoint = REST[-1]  # checkpointEvery 1: every export is checkpointed
-    done = {p["partition"] for p in progress["partitions"] if p["exported"]}
-    assert done == set(FIRST + REST), progress
-
-    upload_hours(release, LAST, 1)
-
-    # Mid-hour: the coordinator handed out LAST's tasks (leased, or done and not yet
-    # exported). Polled through the pod proxy: an hour of this size trains in seconds.
-    deadline = time.monotonic() + 300  # the coordinator looks for new hours every 30 s
-    while True:
-        try:
-            progress = coordinator_progress(kube_cluster, coordinator)
-        except Exception:  # noqa: BLE001 - a slow API server: try again
-            assert time.monotonic() < deadline, "the coordinator's progress is unreachable"
-            time.sleep(0.2)
-            continue
-        part = {p["partition"]: p for p in progress["partitions"]}.get(LAST)
-        if part and part["exported"]:
-            pytest.fail(f"{LAST} was exported before the pserver could be deleted: {part}")
-        if part and part["done"] + part["leased"] > 0:
-            break
-        assert time.monotonic() < deadline, f"{LAST} never leased: {progress}"
-        time.sleep(0.2)
+    (old_coordinator,) = pods(kube_cluster, "coordinator")
     t0 = time.monotonic()
     # A long grace period: a pserver that ignored SIGTERM would hold the restart for all of
     # it, one that exits at once frees it in seconds, loaded machine or not.
     core_api(kube_cluster).delete_namespaced_pod(
         pserver.metadata.name, NS, grace_period_seconds=PSERVER_GRACE_S
     )
-    kept = {p["partition"]: p["samples"] for p in progress["partitions"] if p["partition"] != LAST}
-    print(f"\npserver deleted with {LAST} at {part}")
-
     seen: dict = {}
 
     def restarted():
-        j = volcano_job(kube_cluster)
-        st = j.get("status") or {}
-        if st.get("retryCount", 0) == retries + 1:
+        st = volcano_job(kube_cluster).get("status") or {}
+        assert st["state"]["phase"] != "Failed", st
+        if st.get("retryCount", 0) == 1:
             seen.setdefault("restart_s", round(time.monotonic() - t0, 1))
-        if st.get("retryCount", 0) != retries + 1 or st["state"]["phase"] != "Running":
+        if st.get("retryCount", 0) != 1 or st["state"]["phase"] != "Running":
             return None
-        now = pods(kube_cluster)
-        new_ps = [p for p in now if component_name(p.metadata.labels) == "pserver"]
+        new_ps = pods(kube_cluster, "pserver")
         ok = new_ps and all(p.metadata.uid != pserver.metadata.uid for p in new_ps)
         return ok and all(p.status.phase == "Running" for p in new_ps) and st
 
-    st = wait_until("the job restarted and Running", restarted, 600, kube_cluster, NS)
-    release["pserver_restart_s"] = round(time.monotonic() - t0, 1)
-    assert st.get("retryCount") == retries + 1 <= job["spec"]["maxRetry"], st
+    wait_until(f"deletion {deletion}: the job restarted and Running", restarted, 600,
+               kube_cluster, NS)  # fmt: skip
+    seen["running_s"] = round(time.monotonic() - t0, 1)
     # The pserver exits at once on SIGTERM (it is its container's PID 1): Volcano restarts
     # the job right away, not at the kubelet's SIGKILL after the grace period.
     assert seen["restart_s"] < PSERVER_GRACE_S / 2, seen
@@ -524,6 +558,80 @@ def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, re
         return any(said(pod, line) for pod in pods(kube_cluster, "trainer"))
 
     wait_until(f"a trainer: {line}", loaded, 300, kube_cluster, NS)
+    seen["loaded_s"] = round(time.monotonic() - t0, 1)
+    seen["coordinator"] = coordinator
+    if not recover:
+        return seen
+
+    # The healthy period: the coordinator gives the retry back (elasticctr.coordinator.upkeep).
+    def recovered():
+        j = volcano_job(kube_cluster)
+        st = j.get("status") or {}
+        assert st["state"]["phase"] != "Failed", st
+        return st.get("retryCount", 0) == 0 and j
+
+    j = wait_until(f"deletion {deletion}: the retry given back", recovered, 300, kube_cluster, NS)
+    seen["recovered_s"] = round(time.monotonic() - t0, 1)
+    assert seen["recovered_s"] - seen["running_s"] >= RECOVERY_S, seen  # not before its time
+    assert j["metadata"]["annotations"]["elasticctr/retries-recovered"] == str(deletion), j
+    said_back = "retries: the job ran healthy for"
+    wait_until("coordinator: " + said_back, lambda: said(coordinator, said_back), 60,
+               kube_cluster, NS)  # fmt: skip
+    print(f"deletion {deletion}: " + ", ".join(f"{k} {v}" for k, v in seen.items()
+                                              if k != "coordinator"))  # fmt: skip
+    return seen
+
+
+@pytest.mark.slow
+def test_pserver_deletions_restart_the_job_from_its_checkpoint_and_never_exhaust_it(
+    kube_cluster, release, tmp_path
+):
+    """The pserver holds the only copy of its shard of the parameters, so losing its pod
+    restarts the whole job (the chart's pserver policy: PodEvicted/PodFailed → RestartJob;
+    Volcano deletes every pod of the job, counts one retry of `maxRetry` and recreates them).
+    The coordinator restarts from the checkpoint of the last exported hour, one trainer loads
+    it into the fresh pserver, and after a healthy period the coordinator gives the retry
+    back (issue 25: a months-long job survives routine restarts). Three deletions, with the
+    release's `maxRetry` 2 (LONG_JOB_VALUES): without the retries given back the second one
+    would fail the job. Two come while the job waits for data, the third mid-hour: that hour
+    is trained again from its start and published, and every sample is counted once."""
+    job = volcano_job(kube_cluster)
+    assert job["spec"]["maxRetry"] == LONG_JOB_VALUES["trainer"]["volcano"]["maxRetry"], job
+    (coordinator,) = pods(kube_cluster, "coordinator")
+    progress = coordinator_progress(kube_cluster, coordinator)
+    checkpoint = REST[-1]  # checkpointEvery 1: every export is checkpointed
+    done = {p["partition"] for p in progress["partitions"] if p["exported"]}
+    assert done == set(FIRST + REST), progress
+    kept = {p["partition"]: p["samples"] for p in progress["partitions"]}
+
+    timings = [delete_pserver(kube_cluster, checkpoint, kept, deletion) for deletion in (1, 2)]
+    coordinator = timings[-1]["coordinator"]
+
+    upload_hours(release, LAST, 1)
+
+    # Mid-hour: the coordinator handed out LAST's tasks (leased, or done and not yet
+    # exported). Polled through the pod proxy: an hour of this size trains in seconds.
+    deadline = time.monotonic() + 300  # the coordinator looks for new hours every 30 s
+    while True:
+        try:
+            progress = coordinator_progress(kube_cluster, coordinator)
+        except Exception:  # noqa: BLE001 - a slow API server: try again
+            assert time.monotonic() < deadline, "the coordinator's progress is unreachable"
+            time.sleep(0.2)
+            continue
+        part = {p["partition"]: p for p in progress["partitions"]}.get(LAST)
+        if part and part["exported"]:
+            pytest.fail(f"{LAST} was exported before the pserver could be deleted: {part}")
+        if part and part["done"] + part["leased"] > 0:
+            break
+        assert time.monotonic() < deadline, f"{LAST} never leased: {progress}"
+        time.sleep(0.2)
+    print(f"\npserver deleted with {LAST} at {part}")
+    t0 = time.monotonic()
+    # The job completes once LAST (its endDateHour) is exported, perhaps before a healthy
+    # period is over: this retry is not waited for (1 of maxRetry 2 either way).
+    timings.append(delete_pserver(kube_cluster, checkpoint, kept, 3, recover=False))
+    release["pserver_restart_s"] = timings[-1]["running_s"]
 
     # The hour in flight is trained again and published, every sample of every hour once.
     wait_until(f"{LAST} exported", lambda: LAST in exported(kube_cluster), 600, kube_cluster, NS)
@@ -540,10 +648,17 @@ def test_a_deleted_pserver_restarts_the_job_from_its_checkpoint(kube_cluster, re
 
     wait_until(f"{LAST} served", served, 300, kube_cluster, NS)
     release["pserver_served_s"] = round(time.monotonic() - t0, 1)
+    # LAST is endDateHour: the job completes once it is exported; it never failed.
+    st = volcano_job(kube_cluster)["status"]
+    assert st["state"]["phase"] in ("Running", "Completing", "Completed"), st
+    assert st.get("retryCount", 0) <= 1, st  # three restarts, never more than one counted
     print(
-        f"pserver deleted -> job restarting {seen['restart_s']} s -> Running again "
-        f"{release['pserver_restart_s']} s -> {LAST} "
-        f"published {release['pserver_published_s']} s -> served {release['pserver_served_s']} s"
+        f"three pserver deletions, maxRetry {job['spec']['maxRetry']}, recovery {RECOVERY_S} s: "
+        f"job Running again {[t['running_s'] for t in timings]} s, checkpoint loaded "
+        f"{[t['loaded_s'] for t in timings]} s, retry given back "
+        f"{[t.get('recovered_s') for t in timings]} s after each deletion; {LAST} "
+        f"published {release['pserver_published_s']} s -> served {release['pserver_served_s']} s "
+        f"after the third; {progress['samples']} samples, each once"
     )
 
 

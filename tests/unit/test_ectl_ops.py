@@ -535,6 +535,8 @@ STATUS_SAMPLE = {
             "succeeded": 0,
             "failed": 0,
             "retryCount": 1,
+            "maxRetry": 5,
+            "retriesRecovered": 3,
             "tasks": {"trainer": 2, "pserver": 1, "coordinator": 1},
         }
     ],
@@ -582,7 +584,7 @@ def test_status_tables_render_every_section(capsys):
     for expected in (
         "revision 3, deployed, elasticctr-0.1.0",
         "job ctr-trainer-ab12",
-        "Running (running 4, pending 0, failed 0, retries 1)",
+        "Running (running 4, pending 0, failed 0, retries 1 of 5, 3 given back)",
         "1/2 partitions exported, tasks done 12, leased 2, pending 5, retried 1, samples 120000",
         "model store",
         "http://ctr-fileserver:8080/models: readable at 2026-11-30T23:00:05Z, newest version "

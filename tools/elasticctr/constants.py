@@ -201,6 +201,17 @@ DEFAULT_YIELD_HOLD_SECONDS = 120
 """JSON `{"min": m, "max": n}` of the trainer task (trainer.trainer.minReplicas and
 replicas) for the coordinator's /metrics: a ConfigMap the chart mounts, outside the job's
 spec, so scaling changes it in place (docs/operations.md)."""
+ENV_COORDINATOR_JOB = "ELASTICCTR_COORDINATOR_JOB"
+"""The coordinator's Volcano Job, for its upkeep (elasticctr.coordinator.upkeep): giving
+spent retries back after a healthy period and replacing trainers the kubelet evicted."""
+ENV_COORDINATOR_RETRY_RECOVERY_SECONDS = "ELASTICCTR_COORDINATOR_RETRY_RECOVERY_SECONDS"
+DEFAULT_RETRY_RECOVERY_SECONDS = 1800
+"""Seconds a restarted job must run healthy before its Volcano retryCount goes back to 0
+(trainer.volcano.retryRecoverySeconds); 0 = never."""
+ENV_COORDINATOR_REPLACE_EVICTED = "ELASTICCTR_COORDINATOR_REPLACE_EVICTED_TRAINERS"
+""""1": the coordinator deletes trainer pods the kubelet ended Failed (evicted under node
+pressure, node shutdown), so that Volcano recreates them
+(trainer.coordinator.replaceEvictedTrainers)."""
 ENV_PSERVER_WAIT_SECONDS = "ELASTICCTR_PSERVER_WAIT_SECONDS"
 """How long a trainer waits for every pserver endpoint to accept TCP connections."""
 DEFAULT_PSERVER_WAIT_SECONDS = 300.0

@@ -463,9 +463,16 @@ def _volcano_jobs(api, namespace: str, selector: str) -> list[dict[str, Any]]:
         )
     except Exception as exc:
         return [{"unavailable": common.kube_error(exc, "Volcano jobs").message}]
+    from elasticctr.coordinator.upkeep import ANNOTATION_RECOVERED
+
     rows = []
     for job in jobs.get("items", []):
         st = job.get("status", {})
+        annotations = job["metadata"].get("annotations") or {}
+        try:  # restarts the coordinator gave back after healthy periods (docs/coordinator.md)
+            recovered = int(annotations.get(ANNOTATION_RECOVERED) or 0)
+        except ValueError:
+            recovered = 0
         rows.append(
             {
                 "name": job["metadata"]["name"],
@@ -475,6 +482,8 @@ def _volcano_jobs(api, namespace: str, selector: str) -> list[dict[str, Any]]:
                 "succeeded": st.get("succeeded", 0),
                 "failed": st.get("failed", 0),
                 "retryCount": st.get("retryCount", 0),
+                "maxRetry": (job.get("spec") or {}).get("maxRetry"),
+                "retriesRecovered": recovered,
                 "tasks": {
                     task: sum(counts.get("phase", {}).values())
                     for task, counts in (st.get("taskStatusCount") or {}).items()
@@ -482,6 +491,17 @@ def _volcano_jobs(api, namespace: str, selector: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _retries(job: dict[str, Any]) -> str:
+    """ "1 of 5, 3 given back": the Volcano Job's spent retries, its maximum and what the
+    coordinator gave back after healthy periods (older rows may lack the last two)."""
+    text = str(job["retryCount"])
+    if job.get("maxRetry") is not None:
+        text += f" of {job['maxRetry']}"
+    if job.get("retriesRecovered"):
+        text += f", {job['retriesRecovered']} given back"
+    return text
 
 
 def _serving(api, namespace: str, selector: str) -> dict[str, Any]:
@@ -554,7 +574,7 @@ def _print_status(s: dict[str, Any]) -> None:
             summary.add_row(
                 f"job {job['name']}",
                 f"{job['phase']} (running {job['running']}, pending {job['pending']}, "
-                f"failed {job['failed']}, retries {job['retryCount']})",
+                f"failed {job['failed']}, retries {_retries(job)})",
             )
     coord = s["coordinator"]
     if isinstance(coord, dict) and "tasks_done" in coord:

@@ -133,6 +133,13 @@ class Coordinator:
         self._load: str | None = None  # checkpoint version the pservers must load first
         self._load_leased_to: str | None = None
 
+    @property
+    def load_pending(self) -> str | None:
+        """The checkpoint version the (restarted) pservers must load before training, or
+        None once it is loaded (or there is none)."""
+        with self._lock:
+            return self._load
+
     # -- input -----------------------------------------------------------------------
     def add_partition(self, spec: PartitionSpec) -> bool:
         """Queue a ready partition; False if it is already known (restart, rediscovery)."""

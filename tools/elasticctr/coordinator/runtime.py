@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from elasticctr import constants as C
 from elasticctr import metrics, scenarios
-from elasticctr.coordinator import yielding
+from elasticctr.coordinator import upkeep, yielding
 from elasticctr.coordinator.core import (
     CHECKPOINT_STATE,
     Coordinator,
@@ -180,6 +180,8 @@ def run(settings: CoordinatorSettings, host: str, port: int) -> None:
         threading.Thread(target=server.shutdown).start()
 
     yielder = yielding.from_env(dict(os.environ), server.trainers_file)
+    # Healthy: the restarted job's pservers have their checkpoint back (nothing to load).
+    keeper = upkeep.from_env(dict(os.environ), healthy=lambda: coordinator.load_pending is None)
 
     def on_ready() -> None:
         print(f"coordinator listening on http://{host}:{server.server_address[1]}", flush=True)
@@ -191,6 +193,15 @@ def run(settings: CoordinatorSettings, host: str, port: int) -> None:
                 yielder.hold_seconds,
             )
             threading.Thread(target=yielder.run, args=(stop,), daemon=True).start()
+        if keeper is not None:
+            log.info(
+                "upkeep of Volcano Job %s: spent retries given back after %.0f s of health "
+                "(0 = never); kubelet-evicted trainers replaced: %s",
+                keeper.job,
+                keeper.recovery_seconds,
+                "yes" if keeper.replace_evicted else "no",
+            )
+            threading.Thread(target=keeper.run, args=(stop,), daemon=True).start()
 
     try:
         serve(server, on_ready=on_ready)

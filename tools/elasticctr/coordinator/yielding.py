@@ -225,28 +225,7 @@ class Yielder:
             return True
 
     def _watch(self, stop: threading.Event) -> None:
-        """Feed on_pod every trainer pod of the Job, listing again after a lost watch."""
-        path = f"/api/v1/namespaces/{self.kube.namespace}/pods"
-        selector = f"{LABEL_JOB}={self.job},{LABEL_TASK}={TRAINER_TASK}"
-        failing = 0.0
-        while not stop.is_set():
-            try:
-                listed = self.kube.get(path, {"labelSelector": selector}, hint=RBAC_HINT)
-                for pod in listed.get("items") or []:
-                    self.on_pod(pod)
-                version = (listed.get("metadata") or {}).get("resourceVersion", "")
-                while not stop.is_set():
-                    params = {"labelSelector": selector, "resourceVersion": version}
-                    for event in self.kube.watch(path, params, stop, hint=RBAC_HINT):
-                        obj = event.get("object") or {}
-                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                            self.on_pod(obj)
-                    failing = 0.0
-            except EctlError as exc:  # API errors, a lost connection, 410 Gone: list again
-                failing = min(30.0, failing * 2 or 1.0)
-                log.warning("yield: %s; again in %.0f s", exc, failing)
-                stop.wait(failing)
+        watch_trainer_pods(self.kube, self.job, self.on_pod, stop, "yield")
 
     def run(self, stop: threading.Event) -> None:
         """Watch in a thread, restore on time in this one; until `stop`."""
@@ -261,6 +240,40 @@ class Yielder:
                 self.tick()
             except EctlError as exc:
                 log.warning("yield: %s", exc)
+
+
+def watch_trainer_pods(
+    kube: InCluster,
+    job: str,
+    on_pod: Callable[[dict[str, Any]], Any],
+    stop: threading.Event,
+    what: str,
+    hint: str = RBAC_HINT,
+) -> None:
+    """Feed `on_pod` every trainer pod of Volcano Job `job` (a list, then its watch),
+    listing again after a lost watch; until `stop`. `what` prefixes the log lines, `hint`
+    says which rights an API error may be about."""
+    path = f"/api/v1/namespaces/{kube.namespace}/pods"
+    selector = f"{LABEL_JOB}={job},{LABEL_TASK}={TRAINER_TASK}"
+    failing = 0.0
+    while not stop.is_set():
+        try:
+            listed = kube.get(path, {"labelSelector": selector}, hint=hint)
+            for pod in listed.get("items") or []:
+                on_pod(pod)
+            version = (listed.get("metadata") or {}).get("resourceVersion", "")
+            while not stop.is_set():
+                params = {"labelSelector": selector, "resourceVersion": version}
+                for event in kube.watch(path, params, stop, hint=hint):
+                    obj = event.get("object") or {}
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        on_pod(obj)
+                failing = 0.0
+        except EctlError as exc:  # API errors, a lost connection, 410 Gone: list again
+            failing = min(30.0, failing * 2 or 1.0)
+            log.warning("%s: %s; again in %.0f s", what, exc, failing)
+            stop.wait(failing)
 
 
 def from_env(env: dict[str, str], trainers_file: str | None) -> Yielder | None:

@@ -114,3 +114,12 @@ slot.conf: |
   {{- end }}
 {{- end -}}
 
+
+{{/* "true" when the coordinator calls the Kubernetes API: yielding trainers, giving spent
+retries back, replacing evicted trainers (rbac.yaml, docs/coordinator.md); else empty. */}}
+{{- define "trainer.coordinatorUsesApi" -}}
+{{- $v := .Values -}}
+{{- if or $v.coordinator.yieldToKubeScheduler.enabled (gt (int $v.volcano.retryRecoverySeconds) 0) $v.coordinator.replaceEvictedTrainers -}}
+true
+{{- end -}}
+{{- end -}}

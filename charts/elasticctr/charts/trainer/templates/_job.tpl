@@ -91,8 +91,8 @@ spec:
   priorityClassName: {{ . }}
   {{- end }}
   serviceAccountName: {{ include "trainer.serviceAccountName" $ctx }}
-  {{- /* Only a yielding coordinator calls the Kubernetes API (rbac.yaml). */}}
-  automountServiceAccountToken: {{ and (eq .role "coordinator") $v.coordinator.yieldToKubeScheduler.enabled }}
+  {{- /* Only the coordinator calls the Kubernetes API, and only for what rbac.yaml allows. */}}
+  automountServiceAccountToken: {{ and (eq .role "coordinator") (eq (include "trainer.coordinatorUsesApi" $ctx) "true") }}
   {{- with $v.global.image.pullSecrets }}
   imagePullSecrets:
     {{- range . }}
@@ -146,6 +146,16 @@ spec:
         # Poked after each export: the platform's cube-transfer publishes the version at once.
         - name: ELASTICCTR_CUBE_TRANSFER_URL
           value: {{ printf "http://%s-cube-transfer:%s" (include "trainer.platform" .ctx) (include "elasticctr.port" "cubeTransfer") | quote }}
+        {{- end }}
+        {{- if or (gt (int $v.volcano.retryRecoverySeconds) 0) $v.coordinator.replaceEvictedTrainers }}
+        # Months-long jobs (elasticctr.coordinator.upkeep): give spent retries back after a
+        # healthy period; delete trainers the kubelet evicted so that Volcano recreates them.
+        - name: ELASTICCTR_COORDINATOR_JOB
+          valueFrom: {fieldRef: {fieldPath: "metadata.labels['volcano.sh/job-name']"}}
+        - name: ELASTICCTR_COORDINATOR_RETRY_RECOVERY_SECONDS
+          value: {{ $v.volcano.retryRecoverySeconds | quote }}
+        - name: ELASTICCTR_COORDINATOR_REPLACE_EVICTED_TRAINERS
+          value: {{ ternary "1" "0" $v.coordinator.replaceEvictedTrainers | quote }}
         {{- end }}
         {{- end }}
         {{- if eq .role "trainer" }}
