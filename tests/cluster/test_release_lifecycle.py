@@ -168,6 +168,22 @@ def release(cluster, ectl):
     return json.loads(proc.stdout)
 
 
+def _trainer_pod(job: str, pod: str) -> dict:
+    """A pod shaped as one of Volcano Job `job`'s trainers (labels, the chart's account), on
+    the cluster's pause image: what the coordinator's API calls act on."""
+    return {
+        "metadata": {
+            "name": pod,
+            "labels": {"volcano.sh/job-name": job, "volcano.sh/task-spec": "trainer"},
+        },
+        "spec": {
+            "serviceAccountName": f"{RELEASE}-trainer",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "t", "image": "elasticctr.local/pause:3.10"}],
+        },
+    }
+
+
 def test_install_stores_every_object_as_rendered(cluster, release):
     assert release["revision"] == 1
     docs = manifest(cluster)
@@ -323,24 +339,11 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
             assert time.monotonic() < deadline, f"{what}: trainers {replicas()}"
             time.sleep(0.2)
 
-    def trainer_pod(pod: str) -> dict:
-        return {
-            "metadata": {
-                "name": pod,
-                "labels": {"volcano.sh/job-name": name, "volcano.sh/task-spec": "trainer"},
-            },
-            "spec": {
-                "serviceAccountName": f"{RELEASE}-trainer",
-                "automountServiceAccountToken": False,
-                "containers": [{"name": "t", "image": "elasticctr.local/pause:3.10"}],
-            },
-        }
-
     victims = iter(range(100))
 
     def preempt(by: str = "kube-scheduler") -> str:
         pod = f"{name}-trainer-victim-{next(victims)}"
-        core.create_namespaced_pod(SECOND_NS, trainer_pod(pod))
+        core.create_namespaced_pod(SECOND_NS, _trainer_pod(name, pod))
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
@@ -375,7 +378,7 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
     try:
         until("restored at start", lambda: replicas() == most)
         # a pod without the condition changes nothing
-        core.create_namespaced_pod(SECOND_NS, trainer_pod(f"{name}-trainer-calm"))
+        core.create_namespaced_pod(SECOND_NS, _trainer_pod(name, f"{name}-trainer-calm"))
         preempt()
         until("lowered by the victim", lambda: replicas() == most - 1, 15)
         assert yielder.yielded == 1
@@ -426,22 +429,9 @@ def test_coordinator_gives_retries_back_and_replaces_evicted_trainers(cluster, s
     job["status"] = {"state": {"phase": "Running"}, "retryCount": 2, "minAvailable": 3}
     custom.replace_namespaced_custom_object_status(*VOLCANO[:2], SECOND_NS, VOLCANO[2], name, job)
 
-    def trainer_pod(pod: str) -> dict:
-        return {
-            "metadata": {
-                "name": pod,
-                "labels": {"volcano.sh/job-name": name, "volcano.sh/task-spec": "trainer"},
-            },
-            "spec": {
-                "serviceAccountName": f"{RELEASE}-trainer",
-                "automountServiceAccountToken": False,
-                "containers": [{"name": "t", "image": "elasticctr.local/pause:3.10"}],
-            },
-        }
-
     running, evicted = f"{name}-trainer-0", f"{name}-trainer-1"
     for pod in (running, evicted):
-        core.create_namespaced_pod(SECOND_NS, trainer_pod(pod))
+        core.create_namespaced_pod(SECOND_NS, _trainer_pod(name, pod))
     # as the kubelet writes an eviction under node pressure
     status = {
         "phase": "Failed",

@@ -309,3 +309,75 @@ def test_watcher_waits_for_shards_that_start_later(tmp_path):
         log.close()
         shard.stop()
     assert code == 0, log_path.read_text()
+
+
+def test_pin_and_unpin_through_the_status_server(env):
+    """`ectl model pin|unpin|list`'s endpoints on cube-transfer's status server, with the
+    real shards: a pin switches every shard (rebuilding from the store a version whose
+    build was not retained), holds while newer versions land and goes on only after unpin;
+    bad pins change nothing."""
+    import httpx
+
+    from elasticctr.cube.modelstore import write_version
+    from elasticctr.cube.transfer_server import TransferStatusServer
+
+    V0, V1, V2, V3 = (env["v"](hour) for hour in range(4))
+    transfer = Transfer(cube_root=env["cube_root"], shard_urls=[p.url for p in env["procs"]],
+                        store=str(env["store"]), keep=2)  # fmt: skip
+    server = TransferStatusServer(("127.0.0.1", 0), transfer, admin_token="pin-token").start()
+    auth = {"Authorization": "Bearer pin-token"}
+
+    def pin(version, headers=auth, **body):
+        return httpx.post(f"{server.url}/v1/pin", json={"version": version, **body},
+                          headers=headers, timeout=60)  # fmt: skip
+
+    try:
+        for i, v in enumerate((V0, V1, V2)):
+            make_version(env["store"], v, env["keys"], i + 1)
+            assert transfer.poll_once(raise_errors=True) == v
+        listed = httpx.get(f"{server.url}/v1/versions", timeout=30).json()
+        assert listed["store"] == [V0, V1, V2] and listed["retained"] == [V1, V2]
+        assert listed["committed"] == V2 and listed["pinned"] is None
+
+        denied = pin(V0, headers={})
+        assert denied.status_code == 401 and committed(env) == [V2] * SHARDS
+        got = pin(V0)  # its build was not retained: fetched, verified and built again
+        assert got.status_code == 200, got.text
+        assert got.json() == {"committed": V0, "pinned": V0, "previous": V2}
+        assert committed(env) == [V0] * SHARDS
+        check_rows(env, V0, 1)
+        make_version(env["store"], V3, env["keys"], 4)
+        assert transfer.poll_once(raise_errors=True) is None  # pinned: V3 waits
+        assert committed(env) == [V0] * SHARDS
+
+        # Bad pins: one clear error each, V0 keeps serving.
+        corrupt = make_version(env["store"], env["v"](10), env["keys"], 9)
+        part = corrupt / "sparse" / "part-00000.values.npy"
+        part.write_bytes(part.read_bytes()[:-8])
+        other = env["v"](11)
+        write_version(env["store"], other, [(env["keys"], version_rows(env["keys"], 5))],
+                      slots=[0, 1])  # fmt: skip
+        for version, status, words in [
+            ("20990101/00", 409, "not in the model store"),
+            (env["v"](10), 409, "bytes, manifest says"),
+            (other, 409, "slots [0, 1]"),
+            ("yesterday", 409, "YYYYMMDD/HH"),
+        ]:
+            r = pin(version)
+            assert r.status_code == status and words in r.text, (version, r.text)
+            assert committed(env) == [V0] * SHARDS
+        assert pin(None).status_code == 400
+        assert pin(V1, scenario="nope").status_code == 404
+        assert httpx.get(f"{server.url}/v1/versions?scenario=nope").status_code == 404
+
+        shutil.rmtree(corrupt)
+        shutil.rmtree(env["store"] / "versions" / other)
+        r = httpx.post(f"{server.url}/v1/unpin", json={}, headers=auth, timeout=30)
+        assert r.status_code == 200 and r.json()["was"] == V0, r.text
+        assert transfer.wake.is_set()  # the watcher polls at once
+        assert transfer.poll_once(raise_errors=True) == V3
+        assert committed(env) == [V3] * SHARDS
+        check_rows(env, V3, 4)
+    finally:
+        server.stop()
+        transfer.close()

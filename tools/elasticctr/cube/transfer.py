@@ -14,7 +14,9 @@
              /v1/poke on the status server: the coordinator's call after each export)
     retain   keep the K newest built versions (and the committed one); delete the rest
 
-`rollback(V)` runs the same two phases for an earlier version still retained.
+`rollback(V)` runs the same two phases for an earlier version still retained; `pin(V)`
+switches to any complete version of the store (verified, built when no build is retained)
+and keeps it until `unpin()`: the watcher publishes nothing newer meanwhile.
 Everything is guarded by a file lock so a rollback command and the watcher do not race.
 
 Every read of the model store's version list is recorded in a `StoreHealth` (time, the
@@ -46,12 +48,12 @@ from typing import Any
 
 import httpx
 
-from elasticctr import scenarios
+from elasticctr import scenarios, versions
 from elasticctr.cube.builder import build_version, built_versions, remove_version
 from elasticctr.cube.client import CubeClient, ShardError
-from elasticctr.cube.modelstore import fetch_version, list_versions
+from elasticctr.cube.modelstore import fetch_version, list_versions, verify_version
 from elasticctr.errors import EctlError
-from elasticctr.modelstore import redact_url
+from elasticctr.modelstore import open_store, redact_url
 from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.transfer")
@@ -364,6 +366,78 @@ class Transfer:
             self._switch(version, state)
             self.echo(f"rolled back to {version} on {self.num_shards} shards")
 
+    # --- pinning (`ectl model pin|unpin|list`, POST /v1/pin on the status server) -------
+    def pin(self, version: str) -> dict[str, Any]:
+        """Serve `version` on every shard and publish nothing newer until `unpin`: a
+        rollback when it is older than the committed one. The version must be complete in
+        the model store; its sparse files are verified against its manifest (sha256) and
+        built unless a build is retained, and its slots must be the committed version's
+        (serving scores every version with the scenario's one feature layout). Any failure
+        raises with the reason and leaves the committed version serving everywhere.
+        Returns the new state's `committed`, `pinned` and `previous`."""
+        check_version_id(version)
+        if not self.store:
+            raise EctlError("pinning needs --model-store")
+        with self._locked():
+            state = self.state()
+            stored = self.list_store()
+            if version not in stored:
+                shown = ", ".join(stored[-6:]) or "none"
+                raise EctlError(
+                    f"version {version} is not in the model store (newest: {shown})",
+                    hint="`ectl model list` shows the versions that can be pinned",
+                )
+            previous = state.get("committed")
+            with tempfile.TemporaryDirectory(dir=self.cube_root, prefix=".fetch-") as cache:
+                # Every file, dense included: serving must be able to load what cube serves.
+                vdir = open_store(self.store).fetch(version, Path(cache))
+                versions.verify_version(vdir, where=f"model version {version}")
+                mv = verify_version(vdir, version)
+                if previous and previous != version:
+                    self._check_same_slots(mv.manifest, version, previous)
+                build_version(mv, self.cube_root, self.num_shards)
+            if previous != version:
+                self._switch(version, state)
+            state["pinned"] = version
+            self._save(state)
+            self.echo(f"pinned {version} (was {previous}) on {self.num_shards} shards")
+            return {"committed": version, "pinned": version, "previous": previous}
+
+    def _check_same_slots(self, manifest: dict[str, Any], version: str, committed: str) -> None:
+        want = open_store(self.store).read_manifest(committed).get("slots")
+        got = manifest.get("slots")
+        if got != want:
+            raise EctlError(
+                f"version {version} has slots {got}, the serving version {committed} has "
+                f"{want}: serving scores every version of a scenario with one slot layout",
+                hint="pin a version trained with the scenario's current slots",
+            )
+
+    def unpin(self) -> dict[str, Any]:
+        """Follow the store's newest version again (published at the next poll, at once
+        when the watcher is poked: the status server does)."""
+        with self._locked():
+            state = self.state()
+            was = state.pop("pinned", None)
+            self._save(state)
+        if was:
+            self.echo(f"unpinned {was}: following the newest version again")
+        return {"pinned": None, "was": was, "committed": state.get("committed")}
+
+    def versions(self) -> dict[str, Any]:
+        """What `ectl model list` shows: the store's complete versions (newest last), the
+        builds retained on the cube volume, the committed and pinned versions and the
+        rejected ones with their reasons."""
+        state = self.state()
+        return {
+            "scenario": self.table,
+            "committed": state.get("committed"),
+            "pinned": state.get("pinned"),
+            "store": self.list_store(),
+            "retained": built_versions(self.cube_root),
+            "failed": dict(state.get("failed", {})),
+        }
+
     def list_store(self) -> list[str]:
         """The store's complete versions, oldest first; the outcome is recorded in
         `health` (a failure is re-raised)."""
@@ -422,6 +496,9 @@ class Transfer:
         with self._locked():
             self.reconcile()
         state = self.state()
+        if state.get("pinned"):
+            self.list_store()  # keeps the store's health and newest version current
+            return None  # pinned: nothing newer is published until `unpin`
         seen = set(state["published"])
         newest_seen = max(seen) if seen else ""
         candidates = [v for v in self.list_store() if v not in seen and v > newest_seen]
@@ -459,6 +536,12 @@ class Transfer:
     def tables(self) -> dict[str, Transfer]:
         """Scenario -> its transfer (this one alone), for /metrics."""
         return {self.table: self}
+
+    def scenario_transfer(self, scenario: str | None) -> Transfer:
+        """This transfer, when `scenario` is its table (or None); LookupError otherwise."""
+        if scenario not in (None, self.table):
+            raise LookupError(f"scenario {scenario!r}: this watcher has one table ({self.table})")
+        return self
 
     def poke(self, scenario: str | None = None) -> None:
         """A new version may be in the store (`scenario`'s, or any): poll now."""
@@ -565,10 +648,7 @@ class PlatformTransfer:
     def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None:
         """`Transfer.stored_progress` of one registered scenario (the store root's by
         default); LookupError for one not registered."""
-        t = self.transfers.get(scenario or scenarios.DEFAULT)
-        if t is None:
-            raise LookupError(f"scenario {scenario!r} is not registered")
-        return t.stored_progress()
+        return self.scenario_transfer(scenario).stored_progress()
 
     def readiness(self) -> tuple[bool, str | None]:
         """Ready while the platform's store itself can be read: the default table's
@@ -699,6 +779,13 @@ class PlatformTransfer:
     def tables(self) -> dict[str, Transfer]:
         """Scenario -> its transfer (a copy: the poll thread adds and drops some)."""
         return dict(self.transfers)
+
+    def scenario_transfer(self, scenario: str | None) -> Transfer:
+        """The transfer of a registered scenario (the default one for None); LookupError."""
+        t = self.transfers.get(scenario or scenarios.DEFAULT)
+        if t is None:
+            raise LookupError(f"scenario {scenario!r} is not registered")
+        return t
 
     def poke(self, scenario: str | None = None) -> None:
         """A new version may be in a scenario's store: poll every scenario now (a round

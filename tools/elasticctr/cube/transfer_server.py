@@ -13,20 +13,33 @@
   POST /v1/poke   {"scenario": NAME} (optional): a new version may be in the store, poll
                   now instead of at the end of the interval; 202 {"poked": true}. The
                   coordinator calls it after each export (docs/cube.md "Hand-off")
+  GET /v1/versions[?scenario=NAME]
+                  200 {"scenario", "committed", "pinned", "store": [...], "retained":
+                  [...], "failed": {...}}: what can be pinned (`ectl model list`); 404 for
+                  a scenario not registered, 502 when the store cannot be read
+  POST /v1/pin    {"version": V, "scenario": NAME?} with the cube admin token (Bearer):
+                  serve V on every shard and nothing newer until unpinned (`ectl model
+                  pin|rollback`); 200 {"committed", "pinned", "previous"}; 401 without the
+                  token, 404 unknown scenario, 409 when V cannot be served (not in the
+                  store, corrupt, other slots, a shard refused): the committed version stays
+  POST /v1/unpin  {"scenario": NAME?} with the token: follow the newest version again
   GET /metrics    Prometheus text (prometheus_client; names in elasticctr.metrics):
                   per scenario the committed and the store's newest version, whether the
                   store reads, publishes and errors by kind; each shard's reachability
 
-Read-only but for the poke, which only moves the next poll earlier. The probes are
-answered from memory (plus the small transfer.json) and never wait for the store or the
-shards; /v1/progress reads the store on request. Served by the threaded front end of
-elasticctr.httpd (the coordinator's), on CUBE_TRANSFER_PORT by default.
+Read-only but for the poke, which only moves the next poll earlier, and pin/unpin, which
+need the cube admin token ($ELASTICCTR_CUBE_ADMIN_TOKEN, what the shards' admin routes
+take; without one set, as in a bare local run, they are open). The probes are answered
+from memory (plus the small transfer.json) and never wait for the store or the shards;
+/v1/progress and /v1/versions read the store on request. Served by the threaded front end
+of elasticctr.httpd (the coordinator's), on CUBE_TRANSFER_PORT by default.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 from typing import Any, Protocol
@@ -34,9 +47,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from elasticctr import constants as C
 from elasticctr import metrics as M
 from elasticctr.errors import EctlError
-from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
+from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer, bearer_ok
 
 log = logging.getLogger("elasticctr.cube.transfer")
 
@@ -49,6 +63,8 @@ class Watched(Protocol):
     def stored_progress(self, scenario: str | None = None) -> dict[str, Any] | None: ...
 
     def poke(self, scenario: str | None = None) -> None: ...
+
+    def scenario_transfer(self, scenario: str | None) -> Any: ...
 
     def tables(self) -> dict[str, Any]: ...
 
@@ -63,8 +79,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class TransferStatusServer(ThreadedServer):
-    def __init__(self, address: tuple[str, int], watched: Watched):
+    def __init__(self, address: tuple[str, int], watched: Watched, admin_token: str | None = None):
         self.watched = watched
+        self.admin_token = admin_token or os.environ.get(C.ENV_CUBE_ADMIN_TOKEN) or None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TransferCollector(self))
         if ":" in address[0]:
@@ -113,13 +130,23 @@ class _Handler(HardenedHandler):
             return self.send_json(200, self.server.watched.status_doc())
         if path == "/v1/progress":
             return self._progress()
+        if path == "/v1/versions":
+            scenario = parse_qs(urlsplit(self.path).query).get("scenario", [None])[-1]
+            try:
+                return self.send_json(
+                    200, self.server.watched.scenario_transfer(scenario).versions()
+                )
+            except LookupError as exc:
+                return self.send_json_error(404, "not_found", str(exc))
+            except EctlError as exc:
+                return self.send_json_error(502, "store_unreadable", exc.message)
         if path == "/metrics":
             return self.send_json(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         self.send_json_error(404, "not_found", f"no such endpoint {path}")
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path != "/v1/poke":
+        if path not in ("/v1/poke", "/v1/pin", "/v1/unpin"):
             return self.send_json_error(404, "not_found", f"no such endpoint {path}")
         raw = self.read_body(1 << 10)  # HttpError 413/400: answered by the layer
         try:
@@ -131,8 +158,27 @@ class _Handler(HardenedHandler):
         scenario = body.get("scenario")
         if scenario is not None and not isinstance(scenario, str):
             return self.send_json_error(400, "bad_request", "'scenario' must be a string")
-        self.server.watched.poke(scenario)
-        return self.send_json(202, {"poked": True})
+        watched = self.server.watched
+        if path == "/v1/poke":
+            watched.poke(scenario)
+            return self.send_json(202, {"poked": True})
+        if not bearer_ok(self.headers.get("Authorization"), self.server.admin_token):
+            return self.send_json_error(
+                401, "unauthorized", "pin and unpin need the cube admin token (Bearer)"
+            )
+        version = body.get("version")
+        if path == "/v1/pin" and not isinstance(version, str):
+            return self.send_json_error(400, "bad_request", "'version' (YYYYMMDD/HH) is required")
+        try:
+            t = watched.scenario_transfer(scenario)
+            done = t.pin(version) if path == "/v1/pin" else t.unpin()
+        except LookupError as exc:
+            return self.send_json_error(404, "not_found", str(exc))
+        except EctlError as exc:
+            return self.send_json_error(409, "not_switched", str(exc))
+        if path == "/v1/unpin":
+            watched.poke(scenario)  # publish the newest now, not at the next poll
+        return self.send_json(200, done)
 
     def _progress(self) -> None:
         query = parse_qs(urlsplit(self.path).query)
