@@ -168,6 +168,25 @@ def release(cluster, ectl):
     return json.loads(proc.stdout)
 
 
+def _as_job_account(cluster, core):
+    """An InCluster client with a token of the chart's job account: what the coordinator
+    calls the API server with (only the Role the chart gives it)."""
+    from kubernetes import client
+
+    from elasticctr.kube_api import InCluster
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=900)
+    )
+    token = core.create_namespaced_service_account_token(
+        f"{RELEASE}-trainer", SECOND_NS, request
+    ).status.token
+    return InCluster(
+        purpose="test", namespace=SECOND_NS, api=cluster.server, token=token,
+        ca=str(cluster.pki["ca.crt"]),
+    )  # fmt: skip
+
+
 def _trainer_pod(job: str, pod: str) -> dict:
     """A pod shaped as one of Volcano Job `job`'s trainers (labels, the chart's account), on
     the cluster's pause image: what the coordinator's API calls act on."""
@@ -310,7 +329,6 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
     from kubernetes import client
 
     from elasticctr.coordinator.yielding import Yielder
-    from elasticctr.kube_api import InCluster
 
     api = cluster.api()
     core = client.CoreV1Api(api)
@@ -360,16 +378,7 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
         core.patch_namespaced_pod_status(pod, SECOND_NS, {"status": {"conditions": [condition]}})
         return pod
 
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=900)
-    )
-    token = core.create_namespaced_service_account_token(
-        f"{RELEASE}-trainer", SECOND_NS, request
-    ).status.token
-    kube = InCluster(
-        purpose="test", namespace=SECOND_NS, api=cluster.server, token=token,
-        ca=str(cluster.pki["ca.crt"]),
-    )  # fmt: skip
+    kube = _as_job_account(cluster, core)
     stop = threading.Event()
     scale(most - 1)  # as an earlier coordinator left it
     yielder = Yielder(kube, name, hold_seconds=2.0, max_trainers=lambda: most)
@@ -415,7 +424,6 @@ def test_coordinator_gives_retries_back_and_replaces_evicted_trainers(cluster, s
     from kubernetes import client
 
     from elasticctr.coordinator.upkeep import ANNOTATION_RECOVERED, Upkeep
-    from elasticctr.kube_api import InCluster
 
     api = cluster.api()
     core = client.CoreV1Api(api)
@@ -440,16 +448,7 @@ def test_coordinator_gives_retries_back_and_replaces_evicted_trainers(cluster, s
     }
     core.patch_namespaced_pod_status(evicted, SECOND_NS, {"status": status})
 
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=900)
-    )
-    token = core.create_namespaced_service_account_token(
-        f"{RELEASE}-trainer", SECOND_NS, request
-    ).status.token
-    kube = InCluster(
-        purpose="test", namespace=SECOND_NS, api=cluster.server, token=token,
-        ca=str(cluster.pki["ca.crt"]),
-    )  # fmt: skip
+    kube = _as_job_account(cluster, core)
     keeper = Upkeep(kube, name, recovery_seconds=3.0, replace_evicted=True)
     stop = threading.Event()
     thread = threading.Thread(target=keeper.run, args=(stop,), daemon=True)
