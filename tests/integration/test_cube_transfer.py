@@ -341,7 +341,10 @@ def test_pin_and_unpin_through_the_status_server(env):
 
         denied = pin(V0, headers={})
         assert denied.status_code == 401 and committed(env) == [V2] * SHARDS
-        got = pin(V0)  # its build was not retained: fetched, verified and built again
+        wrong = pin(V0, headers={"X-Elasticctr-Admin-Token": "guess"})
+        assert wrong.status_code == 401 and committed(env) == [V2] * SHARDS
+        got = pin(V0, headers={"X-Elasticctr-Admin-Token": "pin-token"})  # as via the proxy
+        # V0's build was not retained: fetched, verified and built again
         assert got.status_code == 200, got.text
         assert got.json() == {"committed": V0, "pinned": V0, "previous": V2}
         assert committed(env) == [V0] * SHARDS

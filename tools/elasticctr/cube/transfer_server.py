@@ -17,7 +17,8 @@
                   200 {"scenario", "committed", "pinned", "store": [...], "retained":
                   [...], "failed": {...}}: what can be pinned (`ectl model list`); 404 for
                   a scenario not registered, 502 when the store cannot be read
-  POST /v1/pin    {"version": V, "scenario": NAME?} with the cube admin token (Bearer):
+  POST /v1/pin    {"version": V, "scenario": NAME?} with the cube admin token (Bearer, or
+                  X-Elasticctr-Admin-Token through the API server's proxy):
                   serve V on every shard and nothing newer until unpinned (`ectl model
                   pin|rollback`); 200 {"committed", "pinned", "previous"}; 401 without the
                   token, 404 unknown scenario, 409 when V cannot be served (not in the
@@ -53,6 +54,9 @@ from elasticctr.errors import EctlError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer, bearer_ok
 
 log = logging.getLogger("elasticctr.cube.transfer")
+
+ADMIN_TOKEN_HEADER = "X-Elasticctr-Admin-Token"
+"""The cube admin token where Authorization cannot carry it (through the API server)."""
 
 
 class Watched(Protocol):
@@ -162,7 +166,12 @@ class _Handler(HardenedHandler):
         if path == "/v1/poke":
             watched.poke(scenario)
             return self.send_json(202, {"poked": True})
-        if not bearer_ok(self.headers.get("Authorization"), self.server.admin_token):
+        # The API server's pod proxy (how `ectl` reaches this port) strips Authorization,
+        # so the token also comes as X-Elasticctr-Admin-Token (compared the same way).
+        given = self.headers.get("Authorization")
+        if self.headers.get(ADMIN_TOKEN_HEADER):
+            given = f"Bearer {self.headers.get(ADMIN_TOKEN_HEADER)}"
+        if not bearer_ok(given, self.server.admin_token):
             return self.send_json_error(
                 401, "unauthorized", "pin and unpin need the cube admin token (Bearer)"
             )
