@@ -40,16 +40,19 @@ class ModelVersion:
     parts: list[tuple[Path, Path]]  # (keys.npy, values.npy) in part order
 
 
-def verify_version(path: Path, version: str | None = None) -> ModelVersion:
-    """Check a local version's sparse files against its manifest; raise EctlError on a fault.
+def verify_version(
+    path: Path, version: str | None = None, *, only: str | None = versions.SPARSE_DIR
+) -> ModelVersion:
+    """Check a local version's sparse files (every file with `only=None`) against its
+    manifest; raise EctlError on a fault.
 
-    The checks are `elasticctr.versions.verify_version` (donefile, every listed sparse
-    file's size and sha256, no unlisted files, no escaping paths); this adds the
+    The checks are `elasticctr.versions.verify_version` (donefile, every listed file's
+    size and sha256 under `only`, no unlisted files, no escaping paths); this adds the
     keys/values pairs and the dim.
     """
     path = Path(path)
     where = f"model version {version or path}"
-    manifest = versions.verify_version(path, only=versions.SPARSE_DIR, where=where)
+    manifest = versions.verify_version(path, only=only, where=where)
     parts = [(path / k, path / v) for k, v in versions.sparse_parts(manifest, where)]
     dim = manifest.get("embedding_dim")
     if not isinstance(dim, int) or dim < 1:

@@ -48,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from elasticctr import scenarios, versions
+from elasticctr import scenarios
 from elasticctr.cube.builder import build_version, built_versions, remove_version
 from elasticctr.cube.client import CubeClient, ShardError
 from elasticctr.cube.modelstore import fetch_version, list_versions, verify_version
@@ -370,8 +370,8 @@ class Transfer:
     def pin(self, version: str) -> dict[str, Any]:
         """Serve `version` on every shard and publish nothing newer until `unpin`: a
         rollback when it is older than the committed one. The version must be complete in
-        the model store; its sparse files are verified against its manifest (sha256) and
-        built unless a build is retained, and its slots must be the committed version's
+        the model store; all its files are verified against its manifest (sha256) and it
+        is built unless a build is retained, and its slots must be the committed version's
         (serving scores every version with the scenario's one feature layout). Any failure
         raises with the reason and leaves the committed version serving everywhere.
         Returns the new state's `committed`, `pinned` and `previous`."""
@@ -391,8 +391,7 @@ class Transfer:
             with tempfile.TemporaryDirectory(dir=self.cube_root, prefix=".fetch-") as cache:
                 # Every file, dense included: serving must be able to load what cube serves.
                 vdir = open_store(self.store).fetch(version, Path(cache))
-                versions.verify_version(vdir, where=f"model version {version}")
-                mv = verify_version(vdir, version)
+                mv = verify_version(vdir, version, only=None)
                 if previous and previous != version:
                     self._check_same_slots(mv.manifest, version, previous)
                 build_version(mv, self.cube_root, self.num_shards)
@@ -475,8 +474,7 @@ class Transfer:
         for a scenario other than this table's; EctlError for an unreadable record."""
         from elasticctr.coordinator.runtime import read_stored_progress
 
-        if scenario not in (None, self.table):
-            raise LookupError(f"scenario {scenario!r}: this watcher has one table")
+        self.scenario_transfer(scenario)  # LookupError for another scenario
         if not self.store:
             raise EctlError("reading the model store needs --model-store")
         return read_stored_progress(self.store)
