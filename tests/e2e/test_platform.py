@@ -526,6 +526,7 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
         assert REMOVED not in scenario_list(kube_cluster)
         assert installed(kube_cluster) == {PLATFORM, *others, CORRUPTED}
 
+        platform["samples"] = samples  # for the model operations test that follows
         # Each serves its own newest version, equal to a local serve of it.
         for name, version in [("coupon", HOURS[1]), (CORRUPTED, HOURS[0]), ("feed", HOURS[1])]:
             proc = predict(kube_cluster, name, samples[name])
@@ -579,3 +580,96 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
     )
     assert max(to_first.values()) <= 180, to_first
     assert utilisation >= 0.90, (utilisation, util.low(since=four_running))
+
+
+def serving_alias(kube_cluster, name: str) -> str | None:
+    """The version id (YYYYMMDD/HH) MLflow's `serving` alias of scenario `name` points at."""
+    code = (
+        "import sys, httpx; from elasticctr import mlflowreg, constants as C; "
+        "url, model = sys.argv[1:3]; n = (mlflowreg.registered_aliases(url, model) or {})"
+        ".get('serving'); "
+        "mv = n and httpx.get(url + '/api/2.0/mlflow/model-versions/get', "
+        "params={'name': model, 'version': n}, timeout=30).json()['model_version']; "
+        "print(mv and {t['key']: t['value'] for t in mv.get('tags', [])}"
+        ".get(C.MLFLOW_TAG_VERSION))"
+    )
+    from elasticctr.scenarios import registered_model_name
+
+    proc = ectl(
+        kube_cluster, "port-forward", "mlflow", "-R", PLATFORM, "-n", NS, "--",
+        sys.executable, "-c", code, "{url}", registered_model_name(name),
+    )  # fmt: skip
+    out = proc.stdout.strip().splitlines()[-1]
+    return None if out == "None" else out
+
+
+@pytest.mark.slow
+def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platform, tmp_path):
+    """`ectl model list | rollback | pin | unpin` on the platform, through the API server
+    only (docs/operations.md "Rollbacks"): coupon rolled back to its first hour is served
+    by cube and every serving replica, predictions equal a local serve of that version,
+    MLflow's `serving` alias follows; bad pins change nothing; the other scenarios are
+    untouched; unpin serves the newest again."""
+    samples = platform.get("samples")
+    assert samples, "needs the four-scenario test before it (same module, same platform)"
+    name, old, new = "coupon", HOURS[0], HOURS[1]
+    at = ("-R", PLATFORM, "-n", NS, "-s", name)
+
+    listed = json.loads(ectl(kube_cluster, "model", "list", *at, "-o", "json").stdout)
+    assert listed["store"] == HOURS and listed["committed"] == new, listed
+    assert listed["pinned"] is None and set(listed["serving"].values()) == {new}, listed
+    assert serving_alias(kube_cluster, name) == new
+
+    # Bad input: one clear error each, coupon's version unchanged.
+    for args, words in [
+        (("pin", "20990101/00", *at), "not in the model store"),
+        (("pin", old, "-R", PLATFORM, "-n", NS, "-s", "nosuch"), "nosuch"),
+        (("pin", old, "-R", name, "-n", NS), "release that serves"),  # a scenario release
+        (("pin", old, *at, "--admin-token", "guess"), "cube admin token"),
+    ]:
+        proc = ectl(kube_cluster, "model", *args, check=False)
+        assert proc.returncode == 1 and words in proc.stderr, (args, proc.stderr)
+    assert (
+        json.loads(ectl(kube_cluster, "model", "list", *at, "-o", "json").stdout)["committed"]
+        == new
+    )
+
+    t0 = time.monotonic()
+    done = json.loads(ectl(kube_cluster, "model", "rollback", *at, "-o", "json").stdout)
+    rollback_s = time.monotonic() - t0
+    assert done["committed"] == old and done["pinned"] == old and done["previous"] == new
+    assert done["serving"] and set(done["serving"].values()) == {old}, done
+    proc = predict(kube_cluster, name, samples[name])
+    assert f"version={old}" in proc.stderr, proc.stderr
+    deployed = [float(x) for x in proc.stdout.split()]
+    want = releases.local_predictions(
+        kube_cluster, NS, PLATFORM, f"models/scenarios/{name}", old, samples[name], tmp_path,
+    )  # fmt: skip
+    assert max(abs(a - b) for a, b in zip(deployed, want, strict=True)) <= 2e-6
+    wait_until(
+        "MLflow's serving alias on the rolled-back version",
+        lambda: serving_alias(kube_cluster, name) == old, 120, kube_cluster, NS,
+    )  # fmt: skip
+    feed = predict(kube_cluster, "feed", samples["feed"])
+    assert f"version={new}" in feed.stderr, feed.stderr  # the others untouched
+
+    t0 = time.monotonic()
+    out = ectl(kube_cluster, "model", "unpin", *at).stdout
+    assert f"unpinned {old}" in out, out
+
+    def newest_served():
+        doc = json.loads(ectl(kube_cluster, "model", "list", *at, "-o", "json").stdout)
+        return doc["committed"] == new and set(doc["serving"].values()) == {new} and doc
+
+    doc = wait_until("the newest served again", newest_served, 180, kube_cluster, NS)
+    unpin_s = time.monotonic() - t0
+    assert doc["pinned"] is None
+    assert f"version={new}" in predict(kube_cluster, name, samples[name]).stderr
+    wait_until(
+        "MLflow's serving alias back on the newest",
+        lambda: serving_alias(kube_cluster, name) == new, 120, kube_cluster, NS,
+    )  # fmt: skip
+    print(
+        f"model rollback {new} -> {old} served by every replica in {rollback_s:.1f} s "
+        f"(ectl model rollback, API server proxy); unpin -> {new} served in {unpin_s:.1f} s"
+    )

@@ -44,6 +44,15 @@ def ectl(*args: str, check: bool = True, timeout: float = 120, env=None):
     return proc
 
 
+def model(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`ectl model ...` as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "elasticctr.cli.main", "model", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ectl model {args[0]} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
 class Notified(BaseHTTPRequestHandler):
     received: list[dict] = []
 
@@ -381,6 +390,60 @@ def test_pin_and_unpin_through_the_status_server(env):
         assert transfer.poll_once(raise_errors=True) == V3
         assert committed(env) == [V3] * SHARDS
         check_rows(env, V3, 4)
+    finally:
+        server.stop()
+        transfer.close()
+
+
+def test_ectl_model_verbs_against_the_status_server(env):
+    """`ectl model list|rollback|pin|unpin --url` (a local platform's way; on a cluster the
+    same calls go through the API server's pod proxy, tests/e2e/test_platform.py): a
+    rollback pins the version before the committed one on every shard, bad input is one
+    clear error with the committed version unchanged, unpin follows the newest again."""
+    from elasticctr.cube.transfer_server import TransferStatusServer
+
+    V0, V1, V2 = (env["v"](hour) for hour in range(3))
+    transfer = Transfer(cube_root=env["cube_root"], shard_urls=[p.url for p in env["procs"]],
+                        store=str(env["store"]), keep=2)  # fmt: skip
+    server = TransferStatusServer(("127.0.0.1", 0), transfer, admin_token="m-token").start()
+    at = ("--url", server.url)
+    token = ("--admin-token", "m-token")
+    try:
+        for i, v in enumerate((V0, V1, V2)):
+            make_version(env["store"], v, env["keys"], i + 1)
+            assert transfer.poll_once(raise_errors=True) == v
+        listed = json.loads(model("list", *at, "-o", "json").stdout)
+        assert listed["store"] == [V0, V1, V2] and listed["committed"] == V2
+        assert listed["pinned"] is None and listed["serving"] is None
+        table = model("list", *at).stdout
+        assert V2 in table and "committed" in table
+
+        # Bad input: one clear error each, V2 serving on.
+        for args, code, words in [
+            (("rollback", *at), 1, "cube admin token"),  # no token
+            (("pin", "20990101/00", *at, *token), 1, "not in the model store"),
+            (("pin", "tomorrow", *at, *token), 2, "YYYYMMDD/HH"),
+            (("list", "-s", "nope", *at), 1, "nope"),
+            (("list", "--url", f"http://127.0.0.1:{free_port()}"), 1, "unreachable"),
+        ]:
+            r = model(*args, check=False)
+            assert r.returncode == code and words in r.stderr, (args, r.stdout, r.stderr)
+            assert committed(env) == [V2] * SHARDS
+
+        done = json.loads(model("rollback", *at, *token, "-o", "json").stdout)
+        assert done["committed"] == V1 and done["previous"] == V2 and done["pinned"] == V1
+        assert committed(env) == [V1] * SHARDS
+        check_rows(env, V1, 2)
+        assert transfer.poll_once(raise_errors=True) is None  # pinned: V2 waits
+        out = model("pin", V0, *at, *token).stdout
+        assert f"pinned {V0} (was {V1})" in out
+        assert committed(env) == [V0] * SHARDS
+
+        out = model("unpin", *at, *token).stdout
+        assert f"unpinned {V0}" in out
+        assert transfer.poll_once(raise_errors=True) == V2
+        assert committed(env) == [V2] * SHARDS
+        check_rows(env, V2, 3)
     finally:
         server.stop()
         transfer.close()

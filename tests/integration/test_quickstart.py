@@ -9,11 +9,13 @@ sees the platform while it runs, and Ctrl-C stops everything."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,7 +28,7 @@ VERSIONS = ["20200401/00", "20200401/01"]
 
 
 def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_path):
-    workdir = tmp_path / "qs"
+    workdir = tmp_path / "quickstart"  # $ELASTICCTR_HOME/quickstart: `--local` finds it
     proc = subprocess.Popen(
         [*ECTL, "quickstart", "--workdir", str(workdir), "--keep-running", "-o", "json"]
         # The demo's data model (16 slots, the demo vocabulary) and sample count (108k
@@ -58,6 +60,7 @@ def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_
         served = {n: s.get("version") for n, s in listed["scenarios"].items()}
         assert served == {"default": None, "feed": VERSIONS[-1], "coupon": VERSIONS[-1]}, listed
         tracked = _mlflow_readback(workdir)
+        _rollback_and_unpin(tmp_path, state["endpoints"]["serving"])
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
     finally:
@@ -86,7 +89,37 @@ def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_
     # Ctrl-C stopped everything: no process of this work folder is left.
     leftover = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
-    assert not (workdir / "local.json").exists()
+    assert not (workdir / "local.json").exists() and not (workdir / "tokens.json").exists()
+
+
+def _rollback_and_unpin(home: Path, serving: str) -> None:
+    """`ectl model rollback|unpin --local` on the running local platform: coupon goes back
+    to its first version on cube and serving (the verb waits for serving), feed stays on
+    its newest, and unpin serves coupon's newest again."""
+    env = {**os.environ, "ELASTICCTR_HOME": str(home)}
+    assert (home / "quickstart" / "tokens.json").stat().st_mode & 0o777 == 0o600
+
+    def model(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([*ECTL, "model", *args, "--local", "-s", "coupon", "-o", "json"],
+                              capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def served() -> dict[str, str | None]:
+        listed = httpx.get(f"{serving}/v1/scenarios", timeout=10).json()["scenarios"]
+        return {n: s.get("version") for n, s in listed.items() if n != "default"}
+
+    listed = model("list")
+    assert listed["store"] == VERSIONS and listed["committed"] == VERSIONS[-1], listed
+    done = model("rollback")
+    assert done["committed"] == VERSIONS[0] and done["previous"] == VERSIONS[-1], done
+    assert done["serving"] == {serving: VERSIONS[0]}, done  # waited for serving
+    assert served() == {"feed": VERSIONS[-1], "coupon": VERSIONS[0]}
+    assert model("unpin")["was"] == VERSIONS[0]
+    deadline = time.monotonic() + 120
+    while served()["coupon"] != VERSIONS[-1]:
+        assert time.monotonic() < deadline, served()
+        time.sleep(1)
 
 
 def _check_scenario(workdir, name: str, report: dict, tracked: dict, serving: str) -> None:

@@ -21,7 +21,11 @@ def test_every_verb_is_in_exactly_one_panel_in_order(ectl_here):
     positions = [text.index(f"─ {title} ") for title in main.HELP_PANELS]
     assert positions == sorted(positions), "panels out of order"
     lines = [
-        line.split()[1] for line in text.splitlines() if line.startswith("│ ") and line.split()[1:2]
+        # A verb starts its line; a wrapped description is indented (and may start with
+        # a word that is also a verb, "model").
+        line.split()[1]
+        for line in text.splitlines()
+        if line.startswith("│ ") and line[2:3].strip() and line.split()[1:2]
     ]
     listed = [word for word in lines if word in registered]
     assert listed == verbs, listed

@@ -397,6 +397,8 @@ def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path, ectl_here):
         ["uninstall", "--yes"],
         ["uninstall", "--dry-run"],
         ["port-forward", "serving"],
+        ["model", "list", "-s", "coupon"],
+        ["model", "rollback"],
     ],
     ids=lambda a: "-".join(a),
 )

@@ -322,13 +322,16 @@ class Transfer:
         self._save(state)
 
     # --- operations ---------------------------------------------------------------------
-    def publish(self, version: str) -> dict[str, Any]:
-        """Fetch, verify, build and switch to `version`; record failure and re-raise."""
+    def publish(self, version: str, *, unless_pinned: bool = False) -> dict[str, Any] | None:
+        """Fetch, verify, build and switch to `version`; record failure and re-raise.
+        `unless_pinned` (the watcher): None, nothing done, when a pin came first."""
         if not self.store:
             raise EctlError("publishing needs --model-store")
         check_version_id(version)
         with self._locked():
             state = self.state()
+            if unless_pinned and state.get("pinned"):
+                return None
             try:
                 with tempfile.TemporaryDirectory(dir=self.cube_root, prefix=".fetch-") as cache:
                     mv = fetch_version(self.store, version, Path(cache))
@@ -348,8 +351,10 @@ class Transfer:
                 self._save(state)
                 raise
             self.counts.inc("publish", self.table, "ok")
-            state["published"].append(version)
+            if version not in state["published"]:
+                state["published"].append(version)
             state["failed"].pop(version, None)
+            state.pop("follow_newest", None)
             self._save(state)
             self._retain(state)
             self.echo(f"committed {version} on {self.num_shards} shards")
@@ -418,6 +423,8 @@ class Transfer:
         with self._locked():
             state = self.state()
             was = state.pop("pinned", None)
+            if was:
+                state["follow_newest"] = True  # even a version published before the pin
             self._save(state)
         if was:
             self.echo(f"unpinned {was}: following the newest version again")
@@ -499,12 +506,25 @@ class Transfer:
             return None  # pinned: nothing newer is published until `unpin`
         seen = set(state["published"])
         newest_seen = max(seen) if seen else ""
-        candidates = [v for v in self.list_store() if v not in seen and v > newest_seen]
+        stored = self.list_store()
+        candidates = [v for v in stored if v not in seen and v > newest_seen]
+        if not candidates and state.get("follow_newest"):
+            # Unpinned while on an older version: go back to the newest good one even
+            # though it was published before the pin.
+            good = [v for v in stored if v not in state.get("failed", {})]
+            if good and good[-1] != state.get("committed"):
+                candidates = [good[-1]]
+            else:
+                with self._locked():
+                    now = self.state()
+                    now.pop("follow_newest", None)
+                    self._save(now)
         if not candidates:
             return None
         version = candidates[-1]  # jump straight to the newest; older ones are stale
         try:
-            self.publish(version)
+            if self.publish(version, unless_pinned=True) is None:
+                return None  # pinned meanwhile
         except EctlError as exc:
             self.echo(f"version {version} rejected: {describe(exc)}")
             if raise_errors:

@@ -34,7 +34,7 @@ from elasticctr import scenarios
 from elasticctr.data import storage
 from elasticctr.data.generate import DEMO_VOCAB, demo_spec, generate
 from elasticctr.errors import EctlError
-from elasticctr.local.stack import STATE_FILE, LocalStack
+from elasticctr.local.stack import STATE_FILE, TOKENS_FILE, LocalStack
 from elasticctr.modelstore import open_store
 from elasticctr.net import wait_http_ok
 from elasticctr.supervisor import Supervisor
@@ -287,7 +287,8 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
                     time.sleep(1)
             except KeyboardInterrupt:
                 console.print("stopping ...")
-    (stack.workdir / STATE_FILE).unlink(missing_ok=True)  # nothing runs any more
+    for done in (STATE_FILE, TOKENS_FILE):  # nothing runs any more
+        (stack.workdir / done).unlink(missing_ok=True)
     return report
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from elasticctr import constants as C
 from elasticctr.errors import EctlError
-from elasticctr.local.stack import STATE_FILE, LocalStack
+from elasticctr.local.stack import STATE_FILE, TOKENS_FILE, LocalStack
 from elasticctr.net import wait_http_ok
 from elasticctr.supervisor import Supervisor
 
@@ -72,4 +72,5 @@ def run_local(
     except KeyboardInterrupt:
         console.log("stopping")
     finally:
-        (Path(stack.workdir) / STATE_FILE).unlink(missing_ok=True)
+        for done in (STATE_FILE, TOKENS_FILE):
+            (Path(stack.workdir) / done).unlink(missing_ok=True)

@@ -30,6 +30,9 @@ from elasticctr.supervisor import Component, RestartPolicy, Supervisor, python_e
 
 LOOPBACK = "127.0.0.1"
 STATE_FILE = "local.json"
+TOKENS_FILE = "tokens.json"
+"""The running platform's tokens (fileserver, cube admin), readable by its owner only, for
+the CLI's verbs on it (`ectl model --local`); not in STATE_FILE, which `local status` prints."""
 """Written into the work folder while a local deployment runs (ports, pids, URLs)."""
 
 
@@ -217,9 +220,22 @@ class LocalStack:
             "updated": time.time(),
             **(extra or {}),
         }
+        secret = self.workdir / f".{TOKENS_FILE}.tmp"
+        secret.unlink(missing_ok=True)
+        with os.fdopen(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            json.dump(self.tokens, fh)
+        secret.replace(self.workdir / TOKENS_FILE)
         tmp = self.workdir / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.workdir / STATE_FILE)
+
+
+def read_tokens(workdir: Path) -> dict[str, str]:
+    """The tokens of the local platform running in `workdir` (empty when it wrote none)."""
+    try:
+        return json.loads((Path(workdir) / TOKENS_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
 
 
 def read_state(workdir: Path) -> dict[str, Any]:
