@@ -1,11 +1,22 @@
-"""Serving benchmark: `ectl serve` (+ its cube shards) vs `mlflow models serve`, one run.
+"""Serving benchmark: `ectl serve` (+ its cube shards) vs `mlflow models serve`.
 
 Both serve the same model version (built from the ElasticCTR demo data's feasigns plus
-random extra keys); the same closed-loop load (one sample per request, the demo lines in
-turn, keep-alive connections) is applied at each concurrency level, first to ectl serve,
-then to mlflow. Predictions of the two are compared first (they must agree to 1e-5).
+random extra keys); predictions of the two are compared first (they must agree to 1e-5).
+The same closed-loop load (one sample per request, the demo lines in turn, keep-alive
+connections; bench/serving/loadgen.py) is applied at each concurrency level.
 
-    .venv/bin/python bench/serving/run.py [--duration 10] [--levels 1,8,32,64]
+Fair by construction:
+- MLflow as its docs recommend for throughput: `--workers` = the cores the servers get
+  (uvicorn workers); ectl serve is one process with its two cube shards.
+- Both sides' server processes run on the same cores (`--server-cpus`, taskset; default
+  every core), and the CPU seconds of every process of each side (the whole process tree:
+  mlflow's uvicorn workers; ectl serve and its shards) are read from /proc at the start
+  and the end of each measured window, so each side has CPU milliseconds per request.
+- `--rounds` rounds (default 3); in each, every level runs both sides, the order of the
+  two alternating round by round; the table gives medians with min-max.
+The headline ratios are printed last as `ratio: <what> = N.NNx`, with the load average.
+
+    .venv/bin/python bench/serving/run.py [--duration 10] [--levels 1,8,32,64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -92,6 +104,55 @@ def wait_http(url: str, timeout: float, what: str, proc: subprocess.Popen):
     raise SystemExit(f"{what} not ready after {timeout}s")
 
 
+def tree_cpu(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds of these processes and every descendant (living, or waited for)."""
+    total = 0.0
+    for p in procs:
+        try:
+            root = psutil.Process(p.pid)
+            for q in [root, *root.children(recursive=True)]:
+                t = q.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def measure(procs, port: int, requests: list[bytes], concurrency: int, duration: float) -> dict:
+    """One closed-loop window; adds the side's CPU ms per request over exactly it."""
+    snaps: dict[str, float] = {}
+
+    def mark(what: str) -> None:
+        snaps[what] = tree_cpu(procs)
+
+    r = asyncio.run(run("127.0.0.1", port, requests, concurrency, duration, mark=mark))
+    r["cpu_s"] = snaps["stop"] - snaps["start"]
+    r["cpu_ms_per_req"] = r["cpu_s"] / max(r["requests"], 1) * 1000
+    return r
+
+
+def report(runs: dict, levels: list[int], names: list[str]) -> list[dict]:
+    """Medians (min-max) per level and side; returns the median rows."""
+    print(f"\n{'c':>4} {'side':<7}{'qps, median (min-max)':>28}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'CPU ms/req':>12}{'errors':>8}")  # fmt: skip
+    rows = []
+    for c in levels:
+        row: dict = {"concurrency": c}
+        for name in names:
+            rs = runs[(name, c)]
+            qps = [r["qps"] for r in rs]
+            med = {k: float(np.median([r[k] for r in rs]))
+                   for k in ("qps", "p50_ms", "p99_ms", "cpu_ms_per_req")}  # fmt: skip
+            med["errors"] = sum(r["errors"] for r in rs)
+            med["rounds"] = rs
+            row[name] = med
+            span = f"{med['qps']:,.0f} ({min(qps):,.0f}-{max(qps):,.0f})"
+            print(f"{c:>4} {name:<7}{span:>28}{med['p50_ms']:>9.2f}{med['p99_ms']:>9.2f}"
+                  f"{med['cpu_ms_per_req']:>12.3f}{med['errors']:>8}")  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per level")
@@ -106,8 +167,20 @@ def main() -> None:
         help="extra `ectl serve` option, e.g. --serve-arg=--max-inflight-batches=1",
     )
     ap.add_argument("--no-mlflow", action="store_true", help="measure ectl serve only")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, sides alternating")
+    ap.add_argument(
+        "--server-cpus",
+        default=",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
+        help="taskset list of both sides' server processes (default: every core)",
+    )
+    ap.add_argument(
+        "--mlflow-workers", type=int, default=0, help="uvicorn workers (default: the server cores)"
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    server_cores = len(args.server_cpus.split(","))
+    workers = args.mlflow_workers or server_cores
+    load0 = os.getloadavg()[0]
     if not DEMO.exists():
         raise SystemExit(f"{DEMO} missing (../shared/data beside the checkout)")
 
@@ -131,7 +204,7 @@ def main() -> None:
             procs.start(f"cube-{shard}", [*ECTL, "cube", "server", "--cube-root",
                         str(tmp / "cube"), "--state-dir", str(tmp / f"state-{shard}"),
                         "--shard", str(shard), "--num-shards", str(args.shards),
-                        "--port", str(port)])  # fmt: skip
+                        "--port", str(port)], cpus=args.server_cpus)  # fmt: skip
             wait_for_port("127.0.0.1", port, timeout=60, what=f"cube shard {shard}")
             urls.append(f"http://127.0.0.1:{port}")
         subprocess.run([*ECTL, "cube", "transfer", "--model-store", str(store), "--cube-root",
@@ -140,10 +213,13 @@ def main() -> None:
                        check=True, capture_output=True)  # fmt: skip
 
         ectl_port = free_port()
+        sides = {"ectl": list(procs.procs)}  # the shards; serve is added below
         p = procs.start("serve", [*ECTL, "serve", "--store", str(store), "--cube",
                         ",".join(urls), "--port", str(ectl_port), "--poll-interval", "0",
-                        "--cache", str(tmp / "cache"), *args.serve_arg])  # fmt: skip
+                        "--cache", str(tmp / "cache"), *args.serve_arg],
+                        cpus=args.server_cpus)  # fmt: skip
         wait_http(f"http://127.0.0.1:{ectl_port}/readyz", 120, "ectl serve", p)
+        sides["ectl"].append(p)
 
         mlflow_port, diff = None, None
         lines = DEMO.read_bytes().splitlines()
@@ -155,8 +231,10 @@ def main() -> None:
             env = {"MLFLOW_TRACKING_URI": tracking, "PATH": path}
             p = procs.start("mlflow", [str(Path(sys.executable).parent / "mlflow"), "models",
                             "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
-                            "-p", str(mlflow_port)], env)  # fmt: skip
+                            "-p", str(mlflow_port), "--workers", str(workers)], env,
+                            cpus=args.server_cpus)  # fmt: skip
             wait_http(f"http://127.0.0.1:{mlflow_port}/ping", 300, "mlflow models serve", p)
+            sides["mlflow"] = [p]
 
             ours = httpx.post(f"http://127.0.0.1:{ectl_port}/v1/predict",
                               content=b"\n".join(lines), headers={"Content-Type": "text/plain"},
@@ -178,21 +256,25 @@ def main() -> None:
                 "application/json")
             for ln in lines
         ]  # fmt: skip
-        rows = []
-        for c in levels:
-            a = asyncio.run(run("127.0.0.1", ectl_port, ectl_reqs, c, args.duration))
-            rows.append({"concurrency": c, "ectl": a})
-            if mlflow_port is None:
-                print(f"c={c:3d}  ectl serve {a['qps']:8.0f} qps p50 {a['p50_ms']:7.2f} ms "
-                      f"p99 {a['p99_ms']:7.2f} ms err {a['errors']}", flush=True)  # fmt: skip
-                continue
-            b = asyncio.run(run("127.0.0.1", mlflow_port, mlflow_reqs, c, args.duration))
-            rows[-1]["mlflow"] = b
-            print(f"c={c:3d}  ectl serve {a['qps']:8.0f} qps p50 {a['p50_ms']:7.2f} ms "
-                  f"p99 {a['p99_ms']:7.2f} ms err {a['errors']} | mlflow {b['qps']:7.0f} qps "
-                  f"p50 {b['p50_ms']:7.2f} ms p99 {b['p99_ms']:7.2f} ms err {b['errors']} | "
-                  f"QPS x{a['qps'] / max(b['qps'], 1e-9):.1f}, "
-                  f"p99 x{b['p99_ms'] / a['p99_ms']:.1f} lower", flush=True)  # fmt: skip
+        ports = {"ectl": ectl_port, "mlflow": mlflow_port}
+        reqs = {"ectl": ectl_reqs, "mlflow": mlflow_reqs}
+        names = ["ectl"] if mlflow_port is None else ["ectl", "mlflow"]
+        print(
+            f"server cores {args.server_cpus} for both sides; mlflow --workers {workers}; "
+            f"{args.rounds} rounds of {args.duration:.0f} s per level and side",
+            flush=True,
+        )
+        runs: dict[tuple[str, int], list[dict]] = {}
+        for rnd in range(args.rounds):
+            for c in levels:
+                for name in names if rnd % 2 == 0 else names[::-1]:
+                    r = measure(sides[name], ports[name], reqs[name], c, args.duration)
+                    runs.setdefault((name, c), []).append(r)
+                    print(f"round {rnd + 1} c={c:3d} {name:<6} {r['qps']:8.0f} qps p50 "
+                          f"{r['p50_ms']:7.2f} ms p99 {r['p99_ms']:7.2f} ms "
+                          f"{r['cpu_ms_per_req']:6.3f} CPU ms/req err {r['errors']}",
+                          flush=True)  # fmt: skip
+        rows = report(runs, levels, names)
         stats = httpx.get(f"http://127.0.0.1:{ectl_port}/metrics").text
         sums = {ln.split()[0]: float(ln.split()[1]) for ln in stats.splitlines()
                 if ln.startswith(("elasticctr_serving_batch_samples_sum",
@@ -201,9 +283,18 @@ def main() -> None:
             sums["elasticctr_serving_batch_samples_count"], 1
         )
         print(f"ectl mean dynamic batch: {mean:.1f} samples")
-        print(f"load average now: {os.getloadavg()}")
+        print(f"load average: {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
         if args.json:
             args.json.write_text(json.dumps({"rows": rows, "max_diff": diff}, indent=1))
+        single = rows[0]["ectl"]["p50_ms"] if levels[0] == 1 else None
+        if single is not None:
+            print(f"single-request p50 (c=1), ectl serve: {single:.3f} ms (median of rounds)")
+        for row in rows if mlflow_port is not None else []:
+            a, b = row["ectl"], row["mlflow"]
+            c = row["concurrency"]
+            print(f"ratio: ectl/mlflow QPS at c={c} = {a['qps'] / b['qps']:.2f}x")
+            print(f"ratio: mlflow/ectl CPU per request at c={c} = "
+                  f"{b['cpu_ms_per_req'] / a['cpu_ms_per_req']:.2f}x")  # fmt: skip
     finally:
         procs.stop()
 
