@@ -165,3 +165,58 @@ def test_kubeconform_checks_the_monitors_for_real(helm, kubeconform, kube_schema
     )
     assert checked.returncode == 1
     assert "intervall" in checked.stdout
+
+
+def test_the_monitors_make_a_prometheus_config_promtool_accepts(helm, promtool, tmp_path):
+    """scripts/cluster/prometheus.py (what the e2e test runs against a real Prometheus):
+    prometheus-operator's scrape jobs for the rendered monitors, with the rule narrowed to
+    the release and the stale-model threshold and `for` the values set, pass `promtool
+    check config` (the Prometheus that runs them, Debian's 2.42)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts" / "cluster"))
+    import prometheus
+
+    stale = '{"hours": 58933.25, "for": "10s"}'
+    done = render(
+        helm,
+        *MONITORING,
+        *ALL_ON,
+        "--set-json",
+        f"global.metrics.prometheusRule.modelStale={stale}",
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    for d in docs:
+        d["metadata"].setdefault("namespace", "ml")
+    by_kind = {k: [d for d in docs if d["kind"] == k] for k in ("ServiceMonitor", "PodMonitor")}
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    stale = rule["spec"]["groups"][0]["rules"][0]
+    assert stale["alert"] == "ElasticCTRModelStale" and stale["for"] == "10s"
+    assert stale["expr"].endswith('{release="ctr"}) > 58933.25 * 3600'), stale["expr"]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    sd = prometheus.FileSD(tmp_path / "kubeconfig", tmp_path / "sd")
+    cfg = prometheus.config(
+        by_kind["ServiceMonitor"], by_kind["PodMonitor"], [rules], sd, "2s", "1s"
+    )
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    assert set(jobs) == {
+        "serviceMonitor/ml/ctr-cube/0", "serviceMonitor/ml/ctr-fileserver/0",
+        "serviceMonitor/ml/ctr-serving/0", "podMonitor/ml/ctr-cube-transfer/0",
+        "podMonitor/ml/ctr-trainer/0",
+    }  # fmt: skip
+    assert {role for role, _ in sd.jobs.values()} == {"endpoints", "pod"}
+    serving = jobs["serviceMonitor/ml/ctr-serving/0"]
+    assert serving["scrape_interval"] == "30s" and serving["metrics_path"] == "/metrics"
+    keep = [r for r in serving["relabel_configs"] if r.get("action") == "keep"]
+    assert {"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"],
+            "regex": "http"} in keep  # fmt: skip
+    assert any(r["regex"] == "(serving);true" for r in keep)
+    targets = {r.get("target_label") for r in serving["relabel_configs"]}
+    assert {"component", "release", "job", "namespace", "pod", "endpoint"} <= targets
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    checked = run([promtool, "check", "config", str(tmp_path / "prometheus.yml")])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 1 rule files found" in checked.stdout + checked.stderr
+    assert "SUCCESS: 6 rules found" in checked.stdout + checked.stderr

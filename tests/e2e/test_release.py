@@ -14,7 +14,9 @@ each from HDFS, cube and serving switch to the newest; `helm test` passes; `ectl
 shows it all; predictions through `ectl port-forward serving -- ectl predict` equal a local
 `ectl serve` of the same version read from HDFS; MLflow has the run, the registered versions
 and the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
-deleted trainer pod is replaced alone and no sample is counted twice; three pserver pods
+deleted trainer pod is replaced alone and no sample is counted twice; a real Prometheus
+scrapes every part through the chart's ServiceMonitors and PodMonitors and, while training
+waits for data, sees the stale-model alert fire (scripts/cluster/prometheus.py); three pserver pods
 deleted with healthy periods between (the last mid-hour) each restart the whole job from
 its last checkpoint, the coordinator gives each restart's retry back, so a `maxRetry` of 2
 is never exhausted, and the hour in flight is trained and published with every sample
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,6 +63,24 @@ LONG_JOB_VALUES = {
 deletions would fail the job unless the retries come back; a trainer that writes more
 than TRAINER_SCRATCH to its /tmp is evicted by the kubelet (a real kubelet eviction on a
 node without pressure)."""
+STALE_FOR = "10s"
+MONITORING_VALUES = {
+    "global": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "interval": "2s"},
+            "prometheusRule": {"enabled": True, "modelStale": {"hours": 1e6, "for": STALE_FOR}},
+        }
+    },
+    "trainer": {"volcano": {"svcNetworkPolicy": False}},
+}
+"""Added to the guide's ctr.yaml: the ServiceMonitors, PodMonitors and the PrometheusRule
+(prometheus-operator's CRDs are applied before the install), scraped every 2 s, the
+coordinator open to scrapers (as the notes advise), and the stale-model alert far away
+(a million hours: the test data is from 2020) until the Prometheus test sets it."""
+STALE_MARGIN_S = 60
+"""The Prometheus test sets the stale threshold to the served model's freshness plus this:
+long enough for the upgrade and the reload to land before the model crosses it."""
+PROMETHEUS_OPERATOR_CRDS = REPO / ".tools" / "prometheus-operator-crd"
 RELEASE = "ctr"
 ECTL = releases.ECTL
 HOURS = ["20200401/00", "20200401/01", "20200401/02", "20200401/03", "20200401/04"]
@@ -147,7 +168,9 @@ def release(kube_cluster, chart_ref, published, hdfs, tmp_path_factory):
     from elasticctr.values import merge
 
     ctr = work / "ctr.yaml"
-    ctr.write_text(yaml.safe_dump(merge(yaml.safe_load(ctr.read_text()), LONG_JOB_VALUES)))
+    values = merge(merge(yaml.safe_load(ctr.read_text()), LONG_JOB_VALUES), MONITORING_VALUES)
+    ctr.write_text(yaml.safe_dump(values))
+    apply_monitoring_crds(kube_cluster)
     yield state
     ectl(kube_cluster, "uninstall", "-R", RELEASE, "-n", NS, "--yes", check=False, timeout=300)
 
@@ -158,6 +181,45 @@ def run_step(kube_cluster, release: dict, step: str, timeout: float = 900):
         step, release["work"], _env(kube_cluster), release["guide"], timeout=timeout,
         diagnostics=lambda: kube_cluster.diagnostics(NS),
     )  # fmt: skip
+
+
+def apply_monitoring_crds(kube_cluster) -> None:
+    """prometheus-operator's ServiceMonitor, PodMonitor and PrometheusRule CRDs (its Go
+    module's, as bootstrap-tools.sh links them), Established, so the chart renders its
+    monitors and rule (it checks .Capabilities)."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(kube_cluster.api())
+    names = []
+    for plural in ("servicemonitors", "podmonitors", "prometheusrules"):
+        path = PROMETHEUS_OPERATOR_CRDS / f"monitoring.coreos.com_{plural}.yaml"
+        assert path.exists(), f"{path} missing: run `make tools`"
+        doc = yaml.safe_load(path.read_text())
+        names.append(doc["metadata"]["name"])
+        try:
+            ext.create_custom_resource_definition(doc)
+        except ApiException as exc:
+            if exc.status != 409:  # already there (a cluster reused)
+                raise
+
+    def established():
+        for name in names:
+            conds = ext.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conds):
+                return False
+        return True
+
+    wait_until("prometheus-operator CRDs Established", established, 60, kube_cluster)
+
+
+def helm_values(kube_cluster, revision: int | None = None) -> dict:
+    """The release's user-supplied values (`helm get values`), of `revision` or the current."""
+    more = ["--revision", str(revision)] if revision else []
+    proc = helm(kube_cluster, "get", "values", RELEASE, "-n", NS, "-o", "json", *more)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) or {}
 
 
 def status(kube_cluster) -> dict:
@@ -458,6 +520,159 @@ def test_upgrade_adds_a_trainer_in_place_and_a_deleted_trainer_is_replaced_alone
     assert progress["samples"] == expected, (progress, expected)
 
 
+@pytest.mark.slow
+def test_a_real_prometheus_scrapes_every_part_and_the_stale_model_alert_fires(
+    kube_cluster, release, tmp_path
+):
+    """Prometheus as users run it (issue 25): a real Prometheus (Debian's, 2.42) scrapes the
+    release with the scrape jobs prometheus-operator makes of the chart's ServiceMonitors
+    and PodMonitors (scripts/cluster/prometheus.py, read from the cluster) and evaluates its
+    PrometheusRule. Every part's target is up, each job scrapes exactly the Running pods of
+    its part, and serving's freshness is now minus the end of the served version's data
+    hour. The test hours are from April 2020, so every model is years old: the release was
+    installed with the stale threshold a million hours away. Training is paused (no hour
+    after REST has landed: the job waits for data, serving stays on REST[-1]); the test
+    sets the threshold (a chart value, `ectl upgrade`) to the model's freshness plus
+    STALE_MARGIN_S, with `for` STALE_FOR: under the new rule the alert is inactive, goes
+    pending when the model's age crosses it and fires STALE_FOR later."""
+    from elasticctr import metrics
+    from elasticctr.values import merge
+    from prometheus import Prometheus  # scripts/cluster (on sys.path: tests/e2e/conftest.py)
+
+    served = REST[-1]
+
+    def serving_served():
+        s = status(kube_cluster)
+        return s["serving"].get("modelVersion") == served and s
+
+    wait_until(f"{served} served", serving_served, 300, kube_cluster, NS)
+    assert exported(kube_cluster) == set(FIRST + REST)  # paused: nothing newer to train
+    end = metrics.version_timestamp(served, metrics.parse_utc_offset("UTC")) + 3600
+    sel = f'{{namespace="{NS}", release="{RELEASE}"}}'
+    t0 = time.monotonic()
+    with Prometheus(
+        kube_cluster.kubeconfig, NS, RELEASE, dir=tmp_path / "prometheus",
+        scrape_interval="2s", evaluation_interval="1s", sd_interval=1.0,
+    ) as prom:  # fmt: skip
+        started_s = round(time.monotonic() - t0, 1)
+        kinds = {k: [m["metadata"]["name"] for m in v] for k, v in prom.objects.items()}
+        assert len(kinds["servicemonitors"]) == 3, kinds  # fileserver, cube shards, serving
+        assert len(kinds["podmonitors"]) == 2, kinds  # cube-transfer, the coordinator
+        assert len(kinds["prometheusrules"]) == 1, kinds
+
+        # Every job scrapes the Running pods of its part, all up, with the chart's labels.
+        def all_up():
+            by_pool: dict[str, dict] = {}
+            for t in prom.targets():
+                by_pool.setdefault(t["scrapePool"], {})[t["labels"]["pod"]] = t
+            if len(by_pool) != 5:
+                return None
+            for pool, targets in by_pool.items():
+                parts = {t["labels"].get("component") for t in targets.values()}
+                assert len(parts) == 1 and None not in parts, (pool, targets)
+                (part,) = parts
+                running = {p.metadata.name for p in pods(kube_cluster, part)
+                           if p.status.phase == "Running"}  # fmt: skip
+                if set(targets) != running:
+                    return None
+                if any(t["health"] != "up" for t in targets.values()):
+                    return None
+                for t in targets.values():
+                    assert t["labels"]["release"] == RELEASE and t["labels"]["namespace"] == NS
+            return by_pool
+
+        by_pool = wait_until("every target up", all_up, 120, kube_cluster, NS)
+        up_s = round(time.monotonic() - t0, 1)
+        jobs = {p: {t["labels"]["job"] for t in ts.values()} for p, ts in by_pool.items()}
+        parts = {next(iter(ts.values()))["labels"]["component"]: len(ts) for ts in by_pool.values()}
+        assert set(parts) == {"serving", "cube", "fileserver", "cube-transfer", "coordinator"}
+        up = prom.query(f"up{sel}")
+        assert len(up) == sum(parts.values()) and all(r["value"][1] == "1" for r in up), up
+
+        # Freshness: the scrape's time minus the end of the served hour, per serving pod.
+        name = "elasticctr_serving_model_freshness_seconds"
+        fresh = wait_until(
+            "freshness scraped", lambda: prom.query(f"{name}{sel}"), 60, kube_cluster, NS
+        )
+        assert len(fresh) == parts["serving"], fresh
+        scenarios = {r["metric"]["scenario"] for r in fresh}
+        assert len(scenarios) == 1, fresh
+        drift = prom.query(f"abs({name}{sel} - (timestamp({name}{sel}) - {end}))")
+        assert drift and all(float(r["value"][1]) < 2 for r in drift), (drift, fresh)
+        info = prom.query(
+            f'elasticctr_serving_version_info{{version="{served}", release="{RELEASE}"}}'
+        )
+        assert len(info) == parts["serving"], info
+        freshness = max(float(r["value"][1]) for r in fresh)
+
+        def rule(want_hours: float):
+            r = prom.alert_rule("ElasticCTRModelStale")
+            if r is None or r["health"] != "ok":
+                return None
+            got = re.search(r">\s*([0-9.e+-]+)\s*\*\s*3600", r["query"])
+            assert got, r["query"]
+            return r if abs(float(got[1]) - want_hours) <= 1e-9 * want_hours else None
+
+        first = wait_until("the install's rule", lambda: rule(1e6), 60, kube_cluster, NS)
+        assert first["state"] == "inactive" and first["duration"] == 10, first
+
+        # The threshold: this model's freshness plus the margin, `for` STALE_FOR.
+        threshold_s = time.time() - end + STALE_MARGIN_S
+        hours = threshold_s / 3600
+        values = merge(helm_values(kube_cluster), {"global": {"metrics": {"prometheusRule": {
+            "modelStale": {"hours": hours, "for": STALE_FOR}}}}})  # fmt: skip
+        (tmp_path / "stale.json").write_text(json.dumps(values))
+        t_set = time.monotonic()
+        ectl(kube_cluster, "upgrade", "--chart", release["chart"], "-f",
+             str(tmp_path / "stale.json"), "-R", RELEASE, "-n", NS, timeout=300)  # fmt: skip
+        prom.refresh()
+        now_rule = wait_until("the new threshold loaded", lambda: rule(hours), 60, kube_cluster, NS)
+        loaded_s = round(time.monotonic() - t_set, 1)
+        left_s = round(end + threshold_s - time.time(), 1)
+        assert now_rule["state"] == "inactive" and left_s > 0, (now_rule, left_s)
+
+        seen: dict = {}
+
+        def firing():
+            r = prom.alert_rule("ElasticCTRModelStale")
+            if r["state"] in ("pending", "firing"):
+                seen.setdefault("pending", time.time())
+            if r["state"] == "firing":
+                seen["firing"] = time.time()
+                return r
+            return None
+
+        fired = wait_until("ElasticCTRModelStale firing", firing, STALE_MARGIN_S + 90,
+                           kube_cluster, NS)  # fmt: skip
+        crossed = end + threshold_s  # wall clock of the model's age reaching the threshold
+        pending_after_s = round(seen["pending"] - crossed, 1)
+        fired_after_s = round(seen["firing"] - crossed, 1)
+        # not before its time, and within two scrapes and evaluations after it
+        assert -1 <= pending_after_s <= 6, (pending_after_s, fired)
+        assert 10 <= fired_after_s <= 10 + 8, (fired_after_s, fired)
+        (alert,) = fired["alerts"]
+        assert alert["labels"]["scenario"] in scenarios and alert["labels"]["release"] == RELEASE
+        assert alert["labels"]["namespace"] == NS and alert["labels"]["severity"] == "warning"
+        assert (
+            f"Scenario {alert['labels']['scenario']} serves a model"
+            in alert["annotations"]["summary"]
+        )
+        alerts = prom.query('ALERTS{alertname="ElasticCTRModelStale", alertstate="firing"}')
+        assert len(alerts) == 1, alerts
+    release["prometheus"] = {
+        "targets": parts, "started_s": started_s, "all_up_s": up_s, "threshold_loaded_s":
+        loaded_s, "pending_after_s": pending_after_s, "firing_after_s": fired_after_s,
+    }  # fmt: skip
+    print(
+        f"\nPrometheus: ready {started_s} s, {sum(parts.values())} targets up {up_s} s after "
+        f"start ({parts}; jobs {sorted(j for js in jobs.values() for j in js)}); freshness of "
+        f"{served} {freshness:.0f} s (scenario {sorted(scenarios)}); threshold freshness + "
+        f"{STALE_MARGIN_S} s loaded {loaded_s} s after `ectl upgrade` began ({left_s} s before "
+        f"the crossing); pending {pending_after_s} s, firing {fired_after_s} s after the "
+        f"model's age crossed it (for {STALE_FOR}); whole test {time.monotonic() - t0:.0f} s"
+    )
+
+
 def volcano_job(kube_cluster) -> dict:
     from kubernetes import client
 
@@ -664,13 +879,14 @@ def test_pserver_deletions_restart_the_job_from_its_checkpoint_and_never_exhaust
 
 def test_rollback_restores_the_previous_revision(kube_cluster, release):
     before = status(kube_cluster)["release"]["revision"]
+    # Whatever the last upgrade changed (a trainer, the stale-model alert), it is undone.
+    previous = helm_values(kube_cluster, before - 1)
+    assert helm_values(kube_cluster) != previous
     ectl(kube_cluster, "rollback", str(before - 1), "-R", RELEASE, "-n", NS, "--wait",
          timeout=900)  # fmt: skip
     s = status(kube_cluster)
     assert s["release"]["revision"] == before + 1 and s["release"]["status"] == "deployed"
-    proc = helm(kube_cluster, "get", "values", RELEASE, "-n", NS, "-o", "json")
-    assert proc.returncode == 0, proc.stderr
-    assert (json.loads(proc.stdout).get("trainer") or {}).get("trainer", {}).get("replicas") != 3
+    assert helm_values(kube_cluster) == previous
 
 
 @pytest.mark.slow

@@ -77,9 +77,11 @@ SPARSE_DIM={{ $d.sparseDim | int64 }}
 {{- end -}}
 
 {{/* The effective values every role reads with `ectl ... -f`: the umbrella's global section
-with defaults resolved, plus this chart's section under `trainer`. */}}
+with defaults resolved, plus this chart's section under `trainer`. Without global.metrics:
+no role reads it, and a changed monitor label or alert threshold must not change the pods'
+config checksum nor the Job's name (which would restart training from its checkpoint). */}}
 {{- define "trainer.runtimeValues" -}}
-{{- $global := deepCopy .Values.global -}}
+{{- $global := omit (deepCopy .Values.global) "metrics" -}}
 {{- $_ := set $global "modelStore" (include "trainer.modelStore" .) -}}
 {{- $data := deepCopy .Values.global.data -}}
 {{- $_ := set $data "path" (include "trainer.dataPath" .) -}}
