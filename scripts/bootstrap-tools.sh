@@ -168,9 +168,12 @@ CLUSTER_APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins ip
 # docs/operations.md): Debian's `prometheus` package, bookworm's 2.42 series (checked below).
 PROMETHEUS_APT_PACKAGES=(prometheus)
 PROMTOOL_SERIES=2.42
+# The console's browser tests (tests/integration/test_quickstart.py, docs/console.md): Debian's
+# Chromium and its WebDriver, driven by selenium (pinned in constraints.txt).
+BROWSER_APT_PACKAGES=(chromium chromium-driver)
 cluster_apt() {
   local missing=() pkg
-  for pkg in "${CLUSTER_APT_PACKAGES[@]}" "${PROMETHEUS_APT_PACKAGES[@]}"; do
+  for pkg in "${CLUSTER_APT_PACKAGES[@]}" "${PROMETHEUS_APT_PACKAGES[@]}" "${BROWSER_APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
   done
   [ "${#missing[@]}" -eq 0 ] && return 0
@@ -331,5 +334,6 @@ report containerd containerd --version
 report ct ct version
 report etcd etcd --version
 report prom-op-crds bash -c "test -f '$TOOLS/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml' && echo $PROMETHEUS_OPERATOR_VERSION"
+report chromedriver bash -c "chromedriver --version | head -1"
 report promtool bash -c "promtool --version 2>&1 | grep -m1 -E '^promtool, version ${PROMTOOL_SERIES//./\\.}\\.'"
 [ "$fail" -eq 0 ] || { echo "bootstrap-tools: a tool is missing (see above)" >&2; exit 1; }

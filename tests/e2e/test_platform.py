@@ -673,3 +673,52 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
         f"model rollback {new} -> {old} served by every replica in {rollback_s:.1f} s "
         f"(ectl model rollback, API server proxy); unpin -> {new} served in {unpin_s:.1f} s"
     )
+
+    # The console on the platform (`ectl console --platform`, the kubeconfig's user): the
+    # scenario rows as `ectl scenario status` has them, feed rolled back and followed again
+    # through its API, each change in the audit log.
+    import httpx
+
+    from elasticctr.net import free_port, wait_for_port
+
+    port, audit = free_port(), tmp_path / "audit.jsonl"
+    env = {**releases.kube_env(kube_cluster), "ELASTICCTR_CONSOLE_TOKEN": "e2e-console"}
+    proc = subprocess.Popen(
+        [*ECTL, "console", "--platform", PLATFORM, "-n", NS, "--listen", f"127.0.0.1:{port}",
+         "--audit", str(audit)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60, what="ectl console")
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}/api", timeout=300,
+                           headers={"Authorization": "Bearer e2e-console"})  # fmt: skip
+        assert httpx.get(f"http://127.0.0.1:{port}/api/scenarios").status_code == 401
+        rows = {r["name"]: r for r in api.get("/scenarios").json()["scenarios"]}
+        assert set(rows) == {"coupon", "feed", CORRUPTED}, rows
+        assert rows["feed"]["served"] == new and rows["feed"]["trainers_max"] == 2, rows["feed"]
+        versions = api.get("/scenarios/feed/versions").json()
+        assert versions["store"] == HOURS and set(versions["serving"].values()) == {new}
+        assert versions["metrics"][old]["auc"] > 0.5, versions["metrics"]
+        done = api.post("/scenarios/feed/rollback", json={})
+        assert done.status_code == 200 and done.json()["committed"] == old, done.text
+        assert api.post("/scenarios/nosuch/rollback", json={}).status_code == 404
+        bad = api.post("/scenarios/feed/pin", json={"version": "20990101/00"})
+        assert bad.status_code == 409 and "not in the model store" in bad.text, bad.text
+        assert api.post("/scenarios/feed/unpin", json={}).status_code == 200
+        wait_until(
+            "feed serves its newest again",
+            lambda: {r["name"]: r["served"] for r in api.get("/scenarios").json()["scenarios"]}[
+                "feed"
+            ]
+            == new,
+            180, kube_cluster, NS,
+        )  # fmt: skip
+        entries = api.get("/audit").json()["entries"][::-1]
+        assert [(e["action"], e["outcome"][:7]) for e in entries] == [
+            ("rollback", "done"),
+            ("pin", "refused"),
+            ("unpin", "done"),
+        ], entries
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from elasticctr import constants as C
+from elasticctr.net import free_port, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
@@ -53,7 +54,7 @@ def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_
         assert status.returncode == 0, status.stderr
         state = json.loads(status.stdout)
         running = {p["component"] for p in state["processes"] if p["alive"]}
-        assert {"serving", "mlflow", "cube-0", "cube-1", "cube-transfer"} <= running
+        assert {"serving", "mlflow", "cube-0", "cube-1", "cube-transfer", "console"} <= running
         # One platform: one serving process answers for both scenarios, each with its
         # newest version; the default scenario (a single release's) has none here.
         listed = httpx.get(f"{state['endpoints']['serving']}/v1/scenarios", timeout=10).json()
@@ -61,6 +62,7 @@ def test_quickstart_serves_two_scenarios_logs_to_mlflow_and_stops_on_ctrl_c(tmp_
         assert served == {"default": None, "feed": VERSIONS[-1], "coupon": VERSIONS[-1]}, listed
         tracked = _mlflow_readback(workdir)
         _rollback_and_unpin(tmp_path, state["endpoints"]["serving"])
+        _console(workdir, tmp_path)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
     finally:
@@ -120,6 +122,106 @@ def _rollback_and_unpin(home: Path, serving: str) -> None:
     while served()["coupon"] != VERSIONS[-1]:
         assert time.monotonic() < deadline, served()
         time.sleep(1)
+
+
+def _console(workdir: Path, tmp_path: Path) -> None:
+    """The console the quickstart starts (docs/console.md), in Debian's Chromium through
+    chromium-driver: both scenario cards with their served versions; coupon's versions,
+    rolled back and followed again by clicking; the change log; a wrong token refused. Its
+    API: no token -> 401; a team's token sees only that team's scenarios (another team's is
+    404, as if absent). Screenshots go to $ELASTICCTR_SCREENSHOTS (docs/console/) or tmp."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    link = json.loads((workdir / "quickstart.json").read_text())["endpoints"]["console"]
+    base = link.split("/#", 1)[0]
+    shots = Path(os.environ.get("ELASTICCTR_SCREENSHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+
+    # The API: a token is needed; a team's token sees its own scenarios only.
+    assert httpx.get(f"{base}/api/scenarios", timeout=10).status_code == 401
+    users = tmp_path / "users.yaml"
+    users.write_text("- {user: ana, token: ana-token, teams: [growth]}\n"
+                     "- {user: qs, token: qs-token, teams: [quickstart]}\n")  # fmt: skip
+    port = free_port()
+    other = subprocess.Popen([*ECTL, "console", "--local", "--workdir", str(workdir), "--users",
+                              str(users), "--listen", f"127.0.0.1:{port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60, what="ectl console --users")
+        url = f"http://127.0.0.1:{port}"
+        ana = {"Authorization": "Bearer ana-token"}
+        assert httpx.get(f"{url}/api/scenarios", headers=ana).json()["scenarios"] == []
+        assert httpx.get(f"{url}/api/scenarios/coupon/versions", headers=ana).status_code == 404
+        assert httpx.post(f"{url}/api/scenarios/coupon/rollback", headers=ana).status_code == 404
+        qs = {"Authorization": "Bearer qs-token"}
+        names = [
+            r["name"] for r in httpx.get(f"{url}/api/scenarios", headers=qs).json()["scenarios"]
+        ]
+        assert names == ["coupon", "feed"], names
+    finally:
+        other.terminate()
+        other.wait(30)
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        wait = WebDriverWait(driver, 60, poll_frequency=0.5)
+
+        def served(name: str) -> str:
+            return driver.find_element(By.ID, f"card-{name}").get_attribute("data-served")
+
+        driver.get(link)
+        wait.until(lambda d: d.find_elements(By.ID, "card-coupon"))
+        assert "#token" not in driver.current_url  # the token left the address bar
+        assert served("feed") == served("coupon") == VERSIONS[-1]
+        card = driver.find_element(By.ID, "card-coupon").text
+        assert "quickstart" in card and "wide_deep" in card, card
+        driver.save_screenshot(str(shots / "scenarios.png"))
+
+        driver.find_element(By.ID, "card-coupon").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#versions tbody tr")) == 2)
+        cells = [r.find_elements(By.TAG_NAME, "td")[1].text
+                 for r in driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")]  # fmt: skip
+        assert all(0.5 < float(c) < 1 for c in cells), cells  # each version's held-out AUC
+        driver.save_screenshot(str(shots / "versions.png"))
+        driver.find_element(By.ID, "rollback").click()
+        wait.until(
+            lambda d: f"now serves {VERSIONS[0]}" in d.find_element(By.ID, "detail-message").text
+        )
+        wait.until(lambda d: served("coupon") == VERSIONS[0])
+        assert served("feed") == VERSIONS[-1]
+        wait.until(lambda d: "rollback" in d.find_element(By.ID, "audit").text)
+        driver.save_screenshot(str(shots / "rolled-back.png"))
+        driver.find_element(By.ID, "unpin").click()
+        wait.until(lambda d: served("coupon") == VERSIONS[-1])
+        audit = driver.find_element(By.ID, "audit").text
+        assert "admin" in audit and "unpin" in audit and "rollback " + VERSIONS[0] in audit, audit
+
+        # A fresh session without the token: the sign-in form; a wrong token is refused.
+        driver.delete_all_cookies()
+        driver.execute_script("sessionStorage.clear()")
+        driver.get(base)
+        wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
+        driver.find_element(By.ID, "token").send_keys("guess")
+        driver.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait.until(lambda d: "not accepted" in d.find_element(By.ID, "login-error").text)
+        assert not driver.find_elements(By.CSS_SELECTOR, ".card")
+    finally:
+        driver.quit()
+    entries = [
+        json.loads(line) for line in (workdir / "console-audit.jsonl").read_text().splitlines()
+    ]
+    assert [(e["user"], e["action"], e["outcome"]) for e in entries] == [
+        ("admin", "rollback", "done"),
+        ("admin", "unpin", "done"),
+    ], entries
+    assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))
 
 
 def _check_scenario(workdir, name: str, report: dict, tracked: dict, serving: str) -> None:

@@ -800,7 +800,8 @@ def test_scenario_status_freshness_and_table():
 
     from rich.console import Console
 
-    from elasticctr.cli.scenario import format_age, freshness_seconds, status_table
+    from elasticctr.cli.scenario import format_age, status_table
+    from elasticctr.scenarios import freshness_seconds
 
     now = dt.datetime(2020, 4, 1, 9, 30, tzinfo=dt.UTC)
     assert freshness_seconds("20200401/07", now) == 5400  # hour 07's data ends at 08:00

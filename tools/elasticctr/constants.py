@@ -282,6 +282,12 @@ SERVING_MAX_WAIT_MS = 0.0
 SERVING_MAX_QUEUE_SAMPLES = 20000
 """Samples waiting beyond this answer 503 (chart: serving.batching.maxQueueSamples)."""
 
+# --- console --------------------------------------------------------------------------
+ENV_CONSOLE_TOKEN = "ELASTICCTR_CONSOLE_TOKEN"
+"""The console's administrator token: every team's scenarios (`ectl console`; a users
+file adds per-team tokens)."""
+CONSOLE_PORT = 8700
+
 
 # --- one prefix -----------------------------------------------------------------------
 ENV_NAMES = frozenset(

@@ -25,6 +25,7 @@ Nothing here imports cube, serving or training: they all import this.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -255,3 +256,49 @@ def open_registry(spec: str) -> Registry:
     if not path:
         raise EctlError("--scenarios needs kube:PLATFORM or a folder path")
     return DirRegistry(path)
+
+
+# --- a scenario's status row (`ectl scenario list|status`, the console) ------------------
+
+
+def freshness_seconds(version: str | None, now: dt.datetime | None = None) -> int | None:
+    """How old the served model's data is: seconds from the end of its hour (version ids
+    are data hours, read as UTC) to `now`; None without a version."""
+    from elasticctr.versions import is_version_id, parse_date_hour
+
+    if not version or not is_version_id(version):
+        return None
+    end = parse_date_hour(version).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
+    now = now or dt.datetime.now(dt.UTC)
+    return int((now - end).total_seconds())
+
+
+def status_row(
+    name: str, sc: Scenario, served: dict[str, Any], stored: dict[str, Any], job: dict[str, Any]
+) -> dict[str, Any]:
+    """One scenario's status from what the platform's parts say of it: its registration,
+    serving's `/v1/scenarios` entry, cube-transfer's per-scenario status (the store's
+    newest version) and its Volcano Job (empty without one, as on the local platform)."""
+    spec, st = job.get("spec", {}), job.get("status", {})
+    trainer = next((t for t in spec.get("tasks", []) if t.get("name") == "trainer"), {})
+    running = (
+        (st.get("taskStatusCount") or {}).get("trainer", {}).get("phase", {}).get("Running", 0)
+    )
+    return {
+        "name": name,
+        "team": sc.team,
+        "model": sc.model,
+        "trained": stored.get("newestVersion"),
+        "served": served.get("version"),
+        "freshness_seconds": freshness_seconds(served.get("version")),
+        "heldout_auc": served.get("heldout_auc"),
+        "job": st.get("state", {}).get("phase", "-") if job else "-",
+        "trainers": f"{running}/{trainer.get('minAvailable', '-')}/{trainer.get('replicas', '-')}",
+        "trainers_running": running,
+        "trainers_min": trainer.get("minAvailable"),
+        "trainers_max": trainer.get("replicas"),
+        "queue": spec.get("queue", "-"),
+        "error": served.get("error"),
+        "store_error": stored.get("error"),
+        "cube_memory_mib": sc.cube_memory_mib,
+    }

@@ -239,6 +239,13 @@ class ProxiedTransfer:
     def serving_versions(self, scenario: str | None) -> dict[str, str | None]:
         """Each ready serving pod of the release -> the version it answers `scenario` with
         (its /metrics, `elasticctr_serving_version_info`), None when it has none."""
+        return {pod: served_version(text, scenario) for pod, text in self._serving_texts()}
+
+    def serving_metrics(self) -> list[str]:
+        """The /metrics text of every ready serving pod of the release."""
+        return [text for _, text in self._serving_texts()]
+
+    def _serving_texts(self) -> list[tuple[str, str]]:
         from elasticctr.cli.forward import _ready
         from elasticctr.cli.status import COMPONENT_LABEL, INSTANCE_LABEL
 
@@ -247,7 +254,7 @@ class ProxiedTransfer:
             label_selector=f"{INSTANCE_LABEL}={self.target.release},{COMPONENT_LABEL}=serving",
             _request_timeout=common.REQUEST_TIMEOUT,
         ).items
-        out: dict[str, str | None] = {}
+        out = []
         for pod in sorted((p for p in pods if _ready(p)), key=lambda p: p.metadata.name):
             port = next(p.container_port for c in pod.spec.containers for p in c.ports or [])
             raw = self.core.connect_get_namespaced_pod_proxy_with_path(
@@ -257,7 +264,7 @@ class ProxiedTransfer:
                 _request_timeout=common.REQUEST_TIMEOUT,
                 _preload_content=False,
             )
-            out[pod.metadata.name] = served_version(raw.data.decode(errors="replace"), scenario)
+            out.append((pod.metadata.name, raw.data.decode(errors="replace")))
         return out
 
 
@@ -350,7 +357,7 @@ def list_(
     if common.print_data(output, doc):
         return
     table = Table(title=f"model versions of {doc.get('scenario') or scenario or 'default'}")
-    for col in ("version", "in store", "built", "state"):
+    for col in ("version", "held-out AUC", "in store", "built", "state"):
         table.add_column(col)
     served = set((doc["serving"] or {}).values())
     for v in sorted(set(doc["store"]) | set(doc["retained"]) | set(doc["failed"]), reverse=True):
@@ -363,13 +370,30 @@ def list_(
             state.append("served")
         if v in doc["failed"]:
             state.append(f"rejected: {doc['failed'][v]}")
+        auc = (doc.get("metrics") or {}).get(v, {}).get("auc")
         table.add_row(
-            v, "yes" if v in doc["store"] else "-", "yes" if v in doc["retained"] else "-",
-            ", ".join(state),
+            v, "-" if auc is None else f"{auc:.4f}", "yes" if v in doc["store"] else "-",
+            "yes" if v in doc["retained"] else "-", ", ".join(state),
         )  # fmt: skip
     console.print(table)
     if doc.get("pinned"):
         console.print(f"pinned on {doc['pinned']}: `ectl model unpin` follows the newest again")
+
+
+def previous_version(versions: dict[str, Any]) -> str:
+    """What a rollback pins: the newest complete version of the store older than the
+    committed one (not a rejected one), from cube-transfer's /v1/versions answer."""
+    committed = versions.get("committed")
+    if not committed:
+        raise EctlError("nothing is committed yet: no version to roll back from")
+    failed = versions.get("failed") or {}
+    older = [v for v in versions.get("store", []) if v < committed and v not in failed]
+    if not older:
+        raise EctlError(
+            f"no complete version older than {committed} in the model store",
+            hint="`ectl model list` shows what is there",
+        )
+    return older[-1]
 
 
 def _pin(t, scenario: str | None, version: str, wait: float, verb: str) -> dict[str, Any]:
@@ -464,17 +488,7 @@ def rollback(
     scenario = _scenario(scenario)
     t = _connect(release, namespace, kubeconfig, context, url, admin_token, local)
     if to is None:
-        doc = _versions(t, scenario)
-        committed = doc.get("committed")
-        if not committed:
-            raise EctlError(f"{t.where}: nothing is committed yet: no version to roll back from")
-        older = [v for v in doc["store"] if v < committed and v not in doc["failed"]]
-        if not older:
-            raise EctlError(
-                f"no complete version older than {committed} in the model store",
-                hint="`ectl model list` shows what is there",
-            )
-        to = older[-1]
+        to = previous_version(_versions(t, scenario))
     done = _pin(t, scenario, to, wait, "rollback")
     _print_switch(output, done, f"rolled back to {to}")
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import json
 import os
 import sys
@@ -489,18 +488,6 @@ def status_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def freshness_seconds(version: str | None, now: dt.datetime | None = None) -> int | None:
-    """How old the served model's data is: seconds from the end of its hour (version ids
-    are data hours, read as UTC) to `now`; None without a version."""
-    from elasticctr.versions import is_version_id, parse_date_hour
-
-    if not version or not is_version_id(version):
-        return None
-    end = parse_date_hour(version).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
-    now = now or dt.datetime.now(dt.UTC)
-    return int((now - end).total_seconds())
-
-
 def format_age(seconds: int | None) -> str:
     """3m, 5h 10m, 12d 3h; '-' for None; a version of a later hour than now is 'ahead'."""
     if seconds is None:
@@ -569,38 +556,12 @@ def collect(target: Target, platform: str, namespace: str) -> list[dict[str, Any
     by_scenario = {
         job["metadata"]["labels"][scenarios.LABEL_SCENARIO]: job for job in jobs.get("items", [])
     }
-    rows = []
-    for name, sc in sorted(registered.items()):
-        job = by_scenario.get(name, {})
-        spec, st = job.get("spec", {}), job.get("status", {})
-        trainer = next((t for t in spec.get("tasks", []) if t.get("name") == "trainer"), {})
-        running = (
-            (st.get("taskStatusCount") or {}).get("trainer", {}).get("phase", {}).get("Running", 0)
+    return [
+        scenarios.status_row(
+            name, sc, served.get(name) or {}, stored.get(name) or {}, by_scenario.get(name, {})
         )
-        srv = served.get(name) or {}
-        in_store = stored.get(name) or {}
-        rows.append(
-            {
-                "name": name,
-                "team": sc.team,
-                "model": sc.model,
-                "trained": in_store.get("newestVersion"),
-                "served": srv.get("version"),
-                "freshness_seconds": freshness_seconds(srv.get("version")),
-                "heldout_auc": srv.get("heldout_auc"),
-                "job": st.get("state", {}).get("phase", "-") if job else "-",
-                "trainers": f"{running}/{trainer.get('minAvailable', '-')}/"
-                f"{trainer.get('replicas', '-')}",
-                "trainers_running": running,
-                "trainers_min": trainer.get("minAvailable"),
-                "trainers_max": trainer.get("replicas"),
-                "queue": spec.get("queue", "-"),
-                "error": srv.get("error"),
-                "store_error": in_store.get("error"),
-                "cube_memory_mib": sc.cube_memory_mib,
-            }
-        )
-    return rows
+        for name, sc in sorted(registered.items())
+    ]
 
 
 def _mlflow_call(what: str, fn, *args):

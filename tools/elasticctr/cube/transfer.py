@@ -57,6 +57,8 @@ from elasticctr.modelstore import open_store, redact_url
 from elasticctr.versions import check_version_id
 
 log = logging.getLogger("elasticctr.cube.transfer")
+METRICS_SHOWN = 48
+"""`versions()` carries the held-out metrics of the store's newest this many versions."""
 
 STATE_FILE = "transfer.json"
 LOCK_FILE = ".transfer.lock"
@@ -192,6 +194,7 @@ class Transfer:
         """Why the watcher is still waiting for its shards (None once they answered)."""
         self.counts = counts or Counts()
         self.wake = threading.Event()
+        self._metrics: dict[str, dict[str, Any]] = {}  # version -> its manifest's metrics
         """Set by `poke`: the watcher polls now instead of at the end of its interval."""
         self.pokes = 0
         prefix = "" if table == scenarios.DEFAULT else f"[{table}] "
@@ -435,14 +438,32 @@ class Transfer:
         builds retained on the cube volume, the committed and pinned versions and the
         rejected ones with their reasons."""
         state = self.state()
+        stored = self.list_store()
         return {
             "scenario": self.table,
             "committed": state.get("committed"),
             "pinned": state.get("pinned"),
-            "store": self.list_store(),
+            "store": stored,
             "retained": built_versions(self.cube_root),
             "failed": dict(state.get("failed", {})),
+            "metrics": self.version_metrics(stored[-METRICS_SHOWN:]),
         }
+
+    def version_metrics(self, versions: list[str]) -> dict[str, dict[str, Any]]:
+        """Each version's held-out `metrics` from its manifest (auc, logloss, samples...);
+        read once per version (a complete version never changes), {} when unreadable."""
+        store = open_store(self.store)
+        out = {}
+        for v in versions:
+            if v not in self._metrics:
+                try:
+                    metrics = store.read_manifest(v).get("metrics")
+                except Exception as exc:  # noqa: BLE001 - shown as absent, logged
+                    log.warning("manifest of %s unreadable: %s", v, exc)
+                    continue
+                self._metrics[v] = metrics if isinstance(metrics, dict) else {}
+            out[v] = self._metrics[v]
+        return out
 
     def list_store(self) -> list[str]:
         """The store's complete versions, oldest first; the outcome is recorded in

@@ -15,7 +15,8 @@
                   coordinator calls it after each export (docs/cube.md "Hand-off")
   GET /v1/versions[?scenario=NAME]
                   200 {"scenario", "committed", "pinned", "store": [...], "retained":
-                  [...], "failed": {...}}: what can be pinned (`ectl model list`); 404 for
+                  [...], "failed": {...}, "metrics": {version: manifest metrics} (the
+                  newest 48)}: what can be pinned (`ectl model list`); 404 for
                   a scenario not registered, 502 when the store cannot be read
   POST /v1/pin    {"version": V, "scenario": NAME?} with the cube admin token (Bearer, or
                   X-Elasticctr-Admin-Token through the API server's proxy):

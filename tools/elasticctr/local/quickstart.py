@@ -266,7 +266,12 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> QuickstartRepor
         report = QuickstartReport(
             scenarios=reports,
             registry=str(stack.registry.root),
-            endpoints={"serving": ep.serving, "mlflow": ep.mlflow, "fileserver": ep.fileserver},
+            endpoints={
+                "serving": ep.serving,
+                "mlflow": ep.mlflow,
+                "fileserver": ep.fileserver,
+                "console": stack.console_link,
+            },
             wall_seconds=time.monotonic() - started,
             logs=str(stack.logs),
             phases={k: round(v, 1) for k, v in phases.items()},
@@ -476,6 +481,7 @@ def print_report(report: QuickstartReport, console: Console) -> None:
     table.add_row("scenarios", f"{', '.join(report.scenarios)} (registered in {report.registry})")
     table.add_row("serving", f"{report.endpoints['serving']}/v1/scenarios")
     table.add_row("MLflow", report.endpoints["mlflow"])
+    table.add_row("console", report.endpoints["console"])
     table.add_row("model store (fileserver)", report.endpoints["fileserver"])
     table.add_row("logs", report.logs)
     phases = ", ".join(f"{k} {v:.0f}s" for k, v in report.phases.items())

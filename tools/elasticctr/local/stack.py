@@ -44,6 +44,8 @@ class Endpoints:
     cube: list[str]
     transfer: str
     """cube-transfer's status server (/readyz, /v1/status)."""
+    console: str = ""
+    """The console (elasticctr.console): the platform's scenarios in a browser."""
 
     @classmethod
     def allocate(cls, shards: int) -> Endpoints:
@@ -53,6 +55,7 @@ class Endpoints:
             serving=f"http://{LOOPBACK}:{free_port()}",
             cube=[f"http://{LOOPBACK}:{free_port()}" for _ in range(shards)],
             transfer=f"http://{LOOPBACK}:{free_port()}",
+            console=f"http://{LOOPBACK}:{free_port()}",
         )
 
 
@@ -89,7 +92,7 @@ class LocalStack:
             shutil.rmtree(workdir)
         for sub in ("store", "logs", "cube", "mlflow"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
-        tokens = {name: secrets.token_hex(16) for name in ("fileserver", "cube")}
+        tokens = {name: secrets.token_hex(16) for name in ("fileserver", "cube", "console")}
         return cls(workdir, shards, Endpoints.allocate(shards), tokens)
 
     # -- the values the roles read -----------------------------------------------------
@@ -206,7 +209,24 @@ class LocalStack:
                 restart=RestartPolicy.ON_FAILURE,
             )
         )
+        comps.append(
+            Component(
+                "console",
+                python_entry(
+                    "console", "--local", "--workdir", str(self.workdir),
+                    "--listen", f"{LOOPBACK}:{_port(ep.console)}",
+                ),
+                env={C.ENV_CONSOLE_TOKEN: self.tokens["console"]},
+                ready_port=(LOOPBACK, _port(ep.console)),
+                restart=RestartPolicy.ON_FAILURE,
+            )
+        )  # fmt: skip
         return comps
+
+    @property
+    def console_link(self) -> str:
+        """The console's URL with its token (the page keeps it for the session)."""
+        return f"{self.endpoints.console}/#token={self.tokens['console']}"
 
     def write_state(self, supervisor: Supervisor, extra: dict[str, Any] | None = None) -> None:
         state = {

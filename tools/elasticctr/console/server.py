@@ -1,0 +1,322 @@
+"""The console's HTTP server: the browser app (static files) and its JSON API.
+
+  GET  /                      the app (static/index.html; static/app.js, app.css)
+  GET  /healthz               200 while the process runs
+  GET  /api/me                who the token is: {"user", "teams"} (401 without one)
+  GET  /api/scenarios         {"platform", "scenarios": [status row + "qps", "p99_ms"]}:
+                              the caller's teams' scenarios (`scenarios.status_row`)
+  GET  /api/scenarios/NAME/versions
+                              cube-transfer's versions of NAME (store, retained,
+                              committed, pinned, failed) and what serving answers with
+  POST /api/scenarios/NAME/pin      {"version"}: serve it, nothing newer until unpinned
+  POST /api/scenarios/NAME/rollback {}: pin the newest complete version older than the
+                              committed one
+  POST /api/scenarios/NAME/unpin    {}: follow the newest again
+  GET  /api/audit             the changes made through the console, newest first
+                              (the caller's teams' scenarios)
+
+Every /api route needs `Authorization: Bearer <token>`: the administrator token
+($ELASTICCTR_CONSOLE_TOKEN, every team) or a token of the users file (`--users`: a YAML
+list of {user, token, teams}). A scenario of another team is 404, as if absent. Every
+change is appended to the audit log (JSON lines: at, user, action, scenario, detail,
+outcome) before its answer. Served by the threaded front end of elasticctr.httpd.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from elasticctr import constants as C
+from elasticctr.console.traffic import Traffic
+from elasticctr.errors import EctlError
+from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
+
+log = logging.getLogger("elasticctr.console")
+
+ALL_TEAMS = "*"
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+_SCENARIO_ROUTE = re.compile(r"^/api/scenarios/([a-z][-a-z0-9]*)/(versions|pin|rollback|unpin)$")
+AUDIT_SHOWN = 200
+
+
+class Backend(Protocol):
+    """The platform as the console reads and changes it (elasticctr.cli.console makes one:
+    the local platform, or a release on Kubernetes)."""
+
+    platform: str
+
+    def registered(self) -> dict[str, Any]: ...
+
+    def scenarios(self) -> list[dict[str, Any]]: ...
+
+    def versions(self, name: str) -> dict[str, Any]: ...
+
+    def rollback_target(self, name: str) -> str: ...
+
+    def pin(self, name: str, version: str) -> dict[str, Any]: ...
+
+    def unpin(self, name: str) -> dict[str, Any]: ...
+
+    def serving_metrics(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str
+    teams: tuple[str, ...]
+
+    def sees(self, team: str) -> bool:
+        return ALL_TEAMS in self.teams or team in self.teams
+
+
+class Users:
+    """Tokens -> principals: the administrator token and the users file's."""
+
+    def __init__(self, admin_token: str | None, users: list[Principal | tuple] | None = None):
+        self._by_token: dict[str, Principal] = {}
+        if admin_token:
+            self._by_token[admin_token] = Principal("admin", (ALL_TEAMS,))
+        for token, principal in users or []:
+            self._by_token[token] = principal
+        if not self._by_token:
+            raise EctlError(
+                "the console needs a token",
+                hint=f"set ${C.ENV_CONSOLE_TOKEN} or pass --users FILE",
+            )
+
+    @classmethod
+    def from_file(cls, admin_token: str | None, path: Path | None) -> Users:
+        if path is None:
+            return cls(admin_token)
+        try:
+            doc = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise EctlError(f"users file {path}: {exc}") from exc
+        if not isinstance(doc, list):
+            raise EctlError(f"users file {path}: expected a list of {{user, token, teams}}")
+        users = []
+        for i, entry in enumerate(doc):
+            ok = isinstance(entry, dict) and all(
+                isinstance(entry.get(k), str) and entry.get(k) for k in ("user", "token")
+            )
+            teams = entry.get("teams") if isinstance(entry, dict) else None
+            if not ok or not isinstance(teams, list) or not all(isinstance(t, str) for t in teams):
+                raise EctlError(
+                    f"users file {path}: entry {i}: expected user and token (strings) and "
+                    f'teams (a list of team names, or ["*"] for every team)'
+                )
+            users.append((entry["token"], Principal(entry["user"], tuple(teams))))
+        return cls(admin_token, users)
+
+    def find(self, header: str | None) -> Principal | None:
+        if not header or not header.startswith("Bearer "):
+            return None
+        given = header[len("Bearer ") :].encode()
+        for token, principal in self._by_token.items():
+            if hmac.compare_digest(given, token.encode()):
+                return principal
+        return None
+
+
+class Audit:
+    """Append-only JSON lines of every change (who, when, what, outcome)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def record(self, user: str, action: str, scenario: str, detail: dict, outcome: str) -> None:
+        entry = {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "user": user,
+            "action": action,
+            "scenario": scenario,
+            "detail": detail,
+            "outcome": outcome,
+        }
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock, open(self.path, "a+b") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell():  # a line torn by a crash mid-write keeps to itself
+                fh.seek(-1, os.SEEK_END)
+                torn = fh.read(1) != b"\n"
+                fh.seek(0, os.SEEK_END)
+                if torn:
+                    fh.write(b"\n")
+            fh.write(line.encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line (a crash mid-write) is skipped, not fatal
+        return out
+
+
+class ConsoleServer(ThreadedServer):
+    def __init__(self, address: tuple[str, int], backend: Backend, users: Users, audit: Audit):
+        self.backend = backend
+        self.users = users
+        self.audit = audit
+        self.traffic = Traffic()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler, Limits.from_env(max_body_bytes=4 << 10))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self) -> ConsoleServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="console", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def _static(name: str) -> bytes:
+    return resources.files("elasticctr.console").joinpath("static", name).read_bytes()
+
+
+class _Handler(HardenedHandler):
+    server: ConsoleServer
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path in STATIC:
+            name, ctype = STATIC[path]
+            return self.send_json(200, _static(name), ctype)
+        if path == "/healthz":
+            return self.send_json(200, {"ok": True})
+        who = self._principal()
+        if who is None:
+            return
+        if path == "/api/me":
+            return self.send_json(200, {"user": who.user, "teams": list(who.teams)})
+        if path == "/api/scenarios":
+            return self._guarded(lambda: self._scenarios(who))
+        if path == "/api/audit":
+            mine = {n for n, sc in self.server.backend.registered().items() if who.sees(sc.team)}
+            shown = [
+                e
+                for e in reversed(self.server.audit.read())
+                if e.get("scenario") in mine or ALL_TEAMS in who.teams
+            ]
+            return self.send_json(200, {"entries": shown[:AUDIT_SHOWN]})
+        m = _SCENARIO_ROUTE.match(path)
+        if m and m.group(2) == "versions":
+            return self._guarded(lambda: self._versions(who, m.group(1)))
+        self.send_json_error(404, "not_found", f"no such endpoint {path}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        m = _SCENARIO_ROUTE.match(path)
+        if not m or m.group(2) == "versions":
+            return self.send_json_error(404, "not_found", f"no such endpoint {path}")
+        who = self._principal()
+        if who is None:
+            return
+        raw = self.read_body(4 << 10)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            return self.send_json_error(400, "bad_request", f"body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return self.send_json_error(400, "bad_request", "body must be a JSON object")
+        name, action = m.group(1), m.group(2)
+        if not self._visible(who, name):
+            return self.send_json_error(404, "not_found", f"no scenario {name}")
+        self._guarded(lambda: self._change(who, name, action, body))
+
+    # --- routes ---------------------------------------------------------------------
+    def _scenarios(self, who: Principal) -> tuple[int, Any]:
+        backend = self.server.backend
+        rows = [r for r in backend.scenarios() if who.sees(r["team"])]
+        traffic = self.server.traffic.update(backend.serving_metrics())
+        for r in rows:
+            t = traffic.get(r["name"], {})
+            r["qps"], r["p99_ms"] = t.get("qps"), t.get("p99_ms")
+        return 200, {"platform": backend.platform, "scenarios": rows, "user": who.user}
+
+    def _versions(self, who: Principal, name: str) -> tuple[int, Any]:
+        if not self._visible(who, name):
+            return 404, _error("not_found", f"no scenario {name}")
+        return 200, self.server.backend.versions(name)
+
+    def _change(self, who: Principal, name: str, action: str, body: dict) -> tuple[int, Any]:
+        backend = self.server.backend
+        detail: dict[str, Any] = {}
+        try:
+            if action == "unpin":
+                done = backend.unpin(name)
+            else:
+                version = body.get("version")
+                if action == "rollback" and version is None:
+                    version = backend.rollback_target(name)
+                if not isinstance(version, str):
+                    return 400, _error("bad_request", "'version' (YYYYMMDD/HH) is required")
+                detail["version"] = version
+                done = backend.pin(name, version)
+        except EctlError as exc:
+            self.server.audit.record(who.user, action, name, detail, f"refused: {exc.message}")
+            raise
+        self.server.audit.record(who.user, action, name, {**detail, **done}, "done")
+        return 200, done
+
+    # --- helpers --------------------------------------------------------------------
+    def _visible(self, who: Principal, name: str) -> bool:
+        sc = self.server.backend.registered().get(name)
+        return sc is not None and who.sees(sc.team)
+
+    def _principal(self) -> Principal | None:
+        who = self.server.users.find(self.headers.get("Authorization"))
+        if who is None:
+            self.send_json_error(
+                401, "unauthorized", "send 'Authorization: Bearer <console token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )  # fmt: skip
+        return who
+
+    def _guarded(self, fn) -> None:
+        try:
+            status, doc = fn()
+        except EctlError as exc:
+            status = getattr(exc, "status", None) or 502
+            code = {404: "not_found", 409: "not_switched", 401: "refused"}.get(status, "failed")
+            return self.send_json_error(status if status != 401 else 502, code, exc.message)
+        self.send_json(status, doc)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
