@@ -1,7 +1,8 @@
 """cube server: one process per shard on the asyncio front end of elasticctr.httpd.
 
-Not a framework: a 1000-key lookup costs ~20 µs of numpy, so per-request framework
-overhead would dominate (docs/cube.md, bench/http/compare.py). Routes:
+Not a framework: a 1000-key lookup costs ~20-25 µs in the native path (cubefast.c, which
+also parses plain binary lookups: `CubeApp.fast`), so per-request framework overhead
+would dominate (docs/cube.md, bench/http/compare.py). Routes:
 
     POST /v1/lookup        binary (protocol.py)         GET  /healthz   process alive
     POST /v1/lookup.json   {"keys": [...], "version"?}  GET  /readyz    serving what it holds
