@@ -1,9 +1,9 @@
 /* The cube shard's native lookup path (a CPython extension, built by cube/native.py).
 
    Same answers as format.ShardFile.find/lookup + protocol.encode_response, byte for byte:
-   the hash index (home slot (fmix64(key) >> 32) & (S - 1), a window of 8 slots, an empty
-   slot proving absence, a full window falling back to a binary search of the sorted
-   keys), absent keys answered with zero rows and counted.
+   the same hash index (home slot (fmix64(key) >> 32) & (S - 1), an empty slot proving
+   absence; numpy asks the sorted keys for a key past its window of 8, this code follows
+   the key's run of slots, see resolve), absent keys answered with zero rows and counted.
 
    table(mmap, dim, count, slots, tail, sentinel, keys_off, values_off, tkeys_off, trows_off)
        -> a capsule over the shard file's mapping (it holds a buffer of the mmap: the
