@@ -78,7 +78,7 @@ if ! ls "$PROJ"/elasticctr-*.whl >/dev/null 2>&1; then
 fi
 cp "$PROJ"/elasticctr-*.whl "$CTX/project/"
 
-# --- 3b. the native training reader (docs/training.md "Native path") -------------------
+# --- 3b. native code: the training reader (docs/training.md "Native path"), cube lookups --
 # Built here, static (the base image has no compiler; Debian's libc.a on the host): the
 # train image ships it as $ELASTICCTR_SLOTFEED, so the chart's trainers use the native pipeline.
 mkdir -p "$CTX/native"
@@ -86,6 +86,13 @@ cc=${CC:-$(command -v gcc || command -v cc || true)}
 [ -n "$cc" ] || { echo "build.sh: gcc is needed to build ectl-slotfeed (apt-get install gcc)" >&2; exit 1; }
 "$cc" -O2 -std=gnu11 -static -o "$CTX/native/ectl-slotfeed" tools/elasticctr/train/slotfeed.c \
   || { echo "build.sh: building ectl-slotfeed failed (static: libc6-dev provides libc.a)" >&2; exit 1; }
+# The cube shard's native lookup path (docs/cube.md), a CPython extension: compiled against
+# Debian's python3 headers (the images' interpreter is the base's python3); the cube image
+# ships it as $ELASTICCTR_CUBEFAST.
+pyinc=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)
+[ -f "$pyinc/Python.h" ] || { echo "build.sh: Debian's Python headers are needed to build cubefast.c (apt-get install python3-dev)" >&2; exit 1; }
+"$cc" -O2 -std=gnu11 -shared -fPIC -I"$pyinc" -o "$CTX/native/cubefast.so" tools/elasticctr/cube/cubefast.c \
+  || { echo "build.sh: building cubefast.c failed" >&2; exit 1; }
 
 # --- 4. images ----------------------------------------------------------------------------
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)

@@ -93,6 +93,34 @@ def test_train_image_ships_the_native_reader(docker, images):
     assert done.stdout.strip() == "/opt/elasticctr/bin/ectl-slotfeed"
 
 
+# Run by `python -c` in a cube image: the shards find the compiled lookup extension and it
+# answers as the numpy path does.
+CUBE_NATIVE_CHECK = (
+    "import os, pathlib, tempfile\n"
+    "import numpy as np\n"
+    "from elasticctr.cube import native\n"
+    "from elasticctr.cube.format import ShardFile, write_shard\n"
+    "assert native.unavailable() is None, native.unavailable()\n"
+    "path = pathlib.Path(tempfile.mkdtemp()) / 's.cube'\n"
+    "keys = np.arange(1, 5001, dtype=np.uint64) * 7919\n"
+    "write_shard(path, keys, np.ones((5000, 4), np.float32), shard=0, num_shards=1)\n"
+    "sf = ShardFile(path)\n"
+    "q = np.concatenate([keys[::3], keys[:50] + 1])\n"
+    "body, missing = native.module().lookup(sf.native, q.tobytes(), 0, q.size, 0, b'v', False)\n"
+    "rows, expect = sf.lookup(q)\n"
+    "assert missing == expect == 50 and body[32:] == rows.tobytes()\n"
+    "print(os.environ['ELASTICCTR_CUBEFAST'])\n"
+)
+
+
+def test_cube_image_ships_the_native_lookup_path(docker, images):
+    """The chart's shards serve through cubefast.c: the image has it built
+    ($ELASTICCTR_CUBEFAST; the image has no compiler) and it answers like numpy."""
+    done = docker.run(images["cube"], "-c", CUBE_NATIVE_CHECK, options=("--entrypoint", "python"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "/opt/elasticctr/lib/cubefast.so"
+
+
 def test_default_command_prints_help(docker, images):
     for image in ("train", "cube"):
         done = docker.run(images[image])

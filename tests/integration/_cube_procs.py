@@ -46,7 +46,14 @@ class ShardProc:
     """One `ectl cube server` process; restartable on the same state dir."""
 
     def __init__(
-        self, cube_root: Path, state_dir: Path, shard: int, num_shards: int, keep=2, capacity_mib=0
+        self,
+        cube_root: Path,
+        state_dir: Path,
+        shard: int,
+        num_shards: int,
+        keep=2,
+        capacity_mib=0,
+        env: dict[str, str] | None = None,
     ):
         self.args = [
             sys.executable, "-m", "elasticctr.cli.main", "cube", "server",
@@ -55,6 +62,7 @@ class ShardProc:
             "--capacity-mib", str(capacity_mib),
         ]  # fmt: skip
         self.state_dir = state_dir
+        self.env = env or {}
         self.log = state_dir.parent / f"shard-{shard}.log"
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -71,7 +79,7 @@ class ShardProc:
             stdout=open(self.log, "ab"),  # noqa: SIM115 - the child owns it
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         wait_for_port(
             "127.0.0.1", self.port, timeout=60, what="cube server",

@@ -232,6 +232,24 @@ class ShardFile:
         self.tkeys = np.frombuffer(buf, dtype="<u8", count=length, offset=h.tkeys_offset)
         self.trows = np.frombuffer(buf, dtype="<u4", count=length, offset=h.trows_offset)
         self._sentinel = np.uint64(h.sentinel)
+        self.native = self._native_table()
+
+    def _native_table(self):
+        """The native extension's view of this mapping (cube/native.py), or None."""
+        from elasticctr.cube import native
+
+        mod = native.module()
+        if mod is None or self.header.count == 0:
+            return None  # an empty shard answers zeros from the numpy path
+        h = self.header
+        try:
+            return mod.table(
+                self._mm, h.dim, h.count, h.table_slots, h.table_tail, h.sentinel,
+                h.keys_offset, h.values_offset, h.tkeys_offset, h.trows_offset,
+            )  # fmt: skip
+        except ValueError as exc:  # e.g. dim 0: the numpy path answers
+            native.log.warning("%s: numpy lookups (%s)", self.path, exc)
+            return None
 
     def _parse_header(self, size: int) -> ShardHeader:
         (magic, fmt, dim, count, shard, num_shards, slots, window, tail, sentinel,
@@ -308,6 +326,7 @@ class ShardFile:
         # Views into the mmap may still be referenced by in-flight responses; the mapping
         # is released when the last view is garbage-collected.
         self.keys = self.values = self.tkeys = self.trows = None  # type: ignore[assignment]
+        self.native = None
         try:
             self._mm.close()
         except BufferError:

@@ -1,7 +1,8 @@
 """cube server: one process per shard on the asyncio front end of elasticctr.httpd.
 
-Not a framework: a 1000-key lookup costs ~20 µs of numpy, so per-request framework
-overhead would dominate (docs/cube.md, bench/http/compare.py). Routes:
+Not a framework: a 1000-key lookup costs ~20-25 µs in the native path (cubefast.c, which
+also parses plain binary lookups: `CubeApp.fast`), so per-request framework overhead
+would dominate (docs/cube.md, bench/http/compare.py). Routes:
 
     POST /v1/lookup        binary (protocol.py)         GET  /healthz   process alive
     POST /v1/lookup.json   {"keys": [...], "version"?}  GET  /readyz    serving what it holds
@@ -38,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from elasticctr import metrics as M
 from elasticctr import scenarios
 from elasticctr.constants import ENV_CUBE_ADMIN_TOKEN as ENV_ADMIN_TOKEN
+from elasticctr.cube import native
 from elasticctr.cube.protocol import (
     CONTENT_TYPE,
     LOOKUP_JSON_PATH,
@@ -184,6 +186,35 @@ class CubeApp:
             ("POST", "/admin/drop"): self.admin_drop,
         }
         self._paths = {p for _, p in (*self._sync, *self._async)}
+        self.native = native.module()  # None: numpy lookups (the reason is logged)
+        self.limits = Limits(max_body_bytes=MAX_BODY_BYTES)  # serve() sets the server's
+
+    def fast(self, buf: bytearray) -> tuple[int, bytes] | None:
+        """elasticctr.httpd's fast path: a plain binary lookup parsed, answered and counted
+        in native code (cubefast.c). None for anything else, and for any request whose
+        answer is not a 200 (unknown table or version, nothing committed): the handler
+        answers those with every rule of the layer."""
+        mod = self.native
+        lim = self.limits
+        req = mod.parse(buf, lim.max_header_bytes, lim.max_body_bytes)
+        if req is None:
+            return None
+        t0 = time.perf_counter()
+        consumed, offset, length, version, table = req
+        try:
+            state = self.tables.get(table)
+        except TableNotFound:
+            return None
+        lv = state.versions.get(version) if version else state.committed
+        if lv is None or lv.shard.native is None:
+            return None
+        out, missing = mod.lookup(
+            lv.shard.native, buf, offset, length >> 3, state.shard, lv.version.encode(), True
+        )
+        m = self.metrics
+        m.observe_lookup(time.perf_counter() - t0, length >> 3, missing)
+        m.requests[(LOOKUP_PATH, 200)] += 1
+        return consumed, out
 
     def route(self, req: Request) -> Response | Awaitable[Response]:
         key = (req.method, req.path)
@@ -265,10 +296,15 @@ class CubeApp:
             )
         state = self._table(req.headers.get(_TABLE_KEY))
         lv = self._pick(state, self._pinned(req))  # read once: the whole answer comes from lv
-        keys = np.frombuffer(req.body, dtype="<u8")
-        rows, missing = lv.shard.lookup(keys)
-        body = encode_response(rows, missing, state.shard, lv.version)
-        self.metrics.observe_lookup(time.perf_counter() - t0, keys.size, missing)
+        n = len(req.body) >> 3
+        if lv.shard.native is not None:
+            body, missing = self.native.lookup(
+                lv.shard.native, req.body, 0, n, state.shard, lv.version.encode(), False
+            )
+        else:
+            rows, missing = lv.shard.lookup(np.frombuffer(req.body, dtype="<u8"))
+            body = encode_response(rows, missing, state.shard, lv.version)
+        self.metrics.observe_lookup(time.perf_counter() - t0, n, missing)
         return Response(
             200,
             body,
@@ -416,15 +452,18 @@ def _parse_json(body: bytes):
 
 async def serve(app: CubeApp, host: str, port: int, ready: Callable[[], None] | None = None):
     limits = Limits.from_env(max_body_bytes=MAX_BODY_BYTES)
-    server = await serve_async(app.route, host, port, limits)
+    app.limits = limits
+    fast = app.fast if app.native is not None else None
+    server = await serve_async(app.route, host, port, limits, fast=fast)
     app.http_stats = server.stats
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "cube shard %d/%d listening on %s:%d", app.tables.shard, app.tables.num_shards, host, port
-    )
+        "cube shard %d/%d listening on %s:%d (%s lookups)", app.tables.shard,
+        app.tables.num_shards, host, port, "native" if fast else "numpy",
+    )  # fmt: skip
     if ready:
         ready()
     try:
@@ -446,6 +485,7 @@ def run_server(
     capacity_bytes: int = 0,
 ) -> None:
     """Restore every table's committed version, then serve until SIGTERM/SIGINT."""
+    native.module()  # build (or find) the lookup extension before any version maps
     tables = Tables(cube_root, state_dir, shard, num_shards, keep, capacity_bytes)
     tables.restore()
     app_token = os.environ.get(ENV_ADMIN_TOKEN) or None
