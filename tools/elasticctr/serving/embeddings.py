@@ -10,8 +10,8 @@ version, or the whole lookup fails with `VersionUnavailable` (never mixed rows).
 A shard with replicas (`protocol.parse_shards`) is asked through one replica at a time, in
 turn; a lookup is idempotent, so when that replica cannot answer it (unreachable, timeout,
 5xx, or it does not hold the pinned version or table: 409/404) the next replica of the same
-shard is asked, and a replica that failed is asked last for `DOWN_SECONDS`. Only when every
-replica fails does the lookup fail.
+shard is asked, and a replica that failed is asked last for `DOWN_SECONDS` (doubled at
+each failure in a row). Only when every replica fails does the lookup fail.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ CONNECT_TIMEOUT = 1.0
 """Seconds to open a connection to a shard replica (a pod that is gone may never answer
 the SYN): the lookup moves on to another replica instead of waiting out the timeout."""
 DOWN_SECONDS = 2.0
-"""A replica that failed is asked last for this long."""
+"""A replica that failed is asked last for this long, doubled at each failure in a row
+(at most DOWN_MAX_SECONDS): a replica that is gone costs a connect timeout rarely."""
+DOWN_MAX_SECONDS = 30.0
 RETRY_STATUSES = frozenset({404, 409, 500, 502, 503, 504})
 """Answers another replica of the shard may not give: not holding the table (404) or the
 pinned version (409: not loaded yet after a restart), or a server error."""
@@ -144,6 +146,7 @@ class _ShardGroup:
     def __init__(self, urls: list[str], timeout: float):
         self.replicas = [_Shard(u, timeout) for u in urls]
         self.down_until = [0.0] * len(urls)
+        self.fails = [0] * len(urls)  # failures in a row
         self.turn = 0
         self.url = "|".join(urls)
         self.retries = 0  # lookups answered by another replica after one failed
@@ -170,14 +173,15 @@ class _ShardGroup:
             try:
                 status, payload = await replica.request(method, path, body, headers)
             except CubeUnavailable as exc:
-                self.down_until[r] = time.monotonic() + DOWN_SECONDS
+                self._down(r)
                 error = exc
                 continue
             if status in RETRY_STATUSES and len(self.replicas) > 1:
                 if status >= 500:
-                    self.down_until[r] = time.monotonic() + DOWN_SECONDS
+                    self._down(r)
                 last = (status, payload, replica)
                 continue
+            self.fails[r] = 0
             if k:
                 self.retries += 1
             return status, payload, replica
@@ -185,6 +189,11 @@ class _ShardGroup:
             return last
         assert error is not None
         raise error
+
+    def _down(self, r: int) -> None:
+        self.fails[r] += 1
+        wait = min(DOWN_SECONDS * 2 ** (self.fails[r] - 1), DOWN_MAX_SECONDS)
+        self.down_until[r] = time.monotonic() + wait
 
     def close(self) -> None:
         for r in self.replicas:
