@@ -87,4 +87,7 @@ def test_the_rendered_ports_are_the_constants(helm):
     ):
         assert docs[("Service", service)]["spec"]["ports"][0]["port"] == PORTS[part]
     endpoints = docs[("ConfigMap", "ctr-cube-endpoints")]["data"]["shards"]
-    assert endpoints.split(",")[0] == f"http://ctr-cube-0.ctr-cube-headless.ml.svc:{C.CUBE_PORT}"
+    from elasticctr.cube.protocol import parse_shards
+
+    first = parse_shards(endpoints)[0][0]
+    assert first == f"http://ctr-cube-0.ctr-cube-headless.ml.svc:{C.CUBE_PORT}"

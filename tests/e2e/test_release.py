@@ -13,8 +13,11 @@ model version per hour to the HDFS model store as `ctr`, cube-transfer builds an
 each from HDFS, cube and serving switch to the newest; `helm test` passes; `ectl status`
 shows it all; predictions through `ectl port-forward serving -- ectl predict` equal a local
 `ectl serve` of the same version read from HDFS; MLflow has the run, the registered versions
-and the `serving` alias on the served one. Then an `ectl upgrade` adds a trainer in place, a
-deleted trainer pod is replaced alone and no sample is counted twice; a real Prometheus
+and the `serving` alias on the served one. Under constant prediction load a cube pod and a
+serving pod are evicted and serving rolls to a new image tag, and no prediction fails (two
+replicas of each, PodDisruptionBudgets, serving's drain). Then an `ectl upgrade` adds a
+trainer in place, a deleted trainer pod is replaced alone and no sample is counted twice; a
+real Prometheus
 scrapes every part through the chart's ServiceMonitors and PodMonitors and, while training
 waits for data, sees the stale-model alert fire (scripts/cluster/prometheus.py); three pserver pods
 deleted with healthy periods between (the last mid-hour) each restart the whole job from
@@ -168,7 +171,8 @@ def release(kube_cluster, chart_ref, published, hdfs, tmp_path_factory):
     from elasticctr.values import merge
 
     ctr = work / "ctr.yaml"
-    values = merge(merge(yaml.safe_load(ctr.read_text()), LONG_JOB_VALUES), MONITORING_VALUES)
+    values = merge(yaml.safe_load(ctr.read_text()), LONG_JOB_VALUES)
+    values = merge(merge(values, MONITORING_VALUES), NO_OUTAGE_VALUES)
     ctr.write_text(yaml.safe_dump(values))
     apply_monitoring_crds(kube_cluster)
     yield state
@@ -417,6 +421,197 @@ def test_mlflow_has_the_run_the_versions_and_the_serving_alias(kube_cluster, rel
 
     got = wait_until("MLflow registry and alias", registered, 600, kube_cluster, NS)
     assert any(name.startswith("train-") for name in got["runs"]), got
+
+
+NO_OUTAGE_VALUES = {
+    "serving": {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+    "cube": {"replicas": 2},
+}
+"""Added to the guide's ctr.yaml: two serving replicas behind a PodDisruptionBudget and two
+replicas of every cube shard, for test_evictions_and_a_serving_rollout_drop_no_prediction."""
+
+
+class PredictionLoad:
+    """Threads sending predictions to `url` without retries: every answer other than 200
+    and every transport error is a failed request. `http`: httpx.Client arguments."""
+
+    def __init__(
+        self, url: str, lines: list[bytes], http: dict, threads: int = 2, pause: float = 0.05
+    ):
+        import threading
+
+        self.url, self.lines, self.pause, self.http = url, lines, pause, http
+        self.sent = 0
+        self.failed: list[str] = []
+        self.latencies: list[float] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+
+    def _run(self, i: int) -> None:
+        import httpx
+
+        with httpx.Client(timeout=30, **self.http) as c:
+            k = i * 1000
+            while not self.stop.is_set():
+                body = b"\n".join(self.lines[k % len(self.lines) :][:5]) + b"\n"
+                k += 5
+                self.sent += 1
+                t0 = time.monotonic()
+                try:
+                    r = c.post(self.url + "/v1/predict", content=body,
+                               headers={"Content-Type": "text/plain"})  # fmt: skip
+                except httpx.HTTPError as exc:
+                    self.failed.append(f"{time.strftime('%T')} {type(exc).__name__}: {exc}")
+                    continue
+                self.latencies.append(time.monotonic() - t0)
+                if r.status_code != 200:
+                    self.failed.append(f"{time.strftime('%T')} {r.status_code} {r.text[:1000]}")
+                self.stop.wait(self.pause)
+
+    def __enter__(self) -> PredictionLoad:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def retag(image: str, tag: str) -> str:
+    """Publish `image` (REGISTRY/NAME:TAG) under another tag of the cluster's registry (the
+    registry API: its manifest PUT under the new tag); returns the new reference."""
+    import httpx
+
+    host, _, rest = image.partition("/")
+    name, _, old = rest.rpartition(":")
+    accept = ", ".join((
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ))  # fmt: skip
+    got = httpx.get(f"http://{host}/v2/{name}/manifests/{old}", headers={"Accept": accept})
+    got.raise_for_status()
+    put = httpx.put(f"http://{host}/v2/{name}/manifests/{tag}", content=got.content,
+                    headers={"Content-Type": got.headers["content-type"]})  # fmt: skip
+    put.raise_for_status()
+    return f"{host}/{name}:{tag}"
+
+
+@pytest.mark.slow
+def test_evictions_and_a_serving_rollout_drop_no_prediction(kube_cluster, release, tmp_path):
+    """No outage on routine events (docs/operations.md "Drains and rollouts"): under constant
+    prediction load through the serving Service, a cube shard pod is evicted (Eviction API,
+    as `kubectl drain` does; its shard's other replica answers, the pod comes back on its
+    committed version), then a serving pod (preStop sleep while the endpoints drop it, then
+    a drain), then serving is rolled to a new image tag (the same image published under
+    another tag). Not one prediction fails."""
+    import ssl
+
+    import yaml
+    from kubernetes import client
+
+    core, apps = core_api(kube_cluster), client.AppsV1Api(kube_cluster.api())
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    (svc,) = core.list_namespaced_service(
+        NS, label_selector=f"{selector},app.kubernetes.io/name=serving"
+    ).items
+    # Through the API server's proxy of the Service: each request goes to one of the
+    # Service's ready endpoints, so an evicted or replaced pod leaves it as it would a
+    # ClusterIP's (the test runs on the host, outside the cluster network).
+    api = kube_cluster.api()
+    cfg = api.configuration
+    kc = yaml.safe_load(kube_cluster.kubeconfig.read_text())  # the admin's client certificate
+    user, cluster = kc["users"][0]["user"], kc["clusters"][0]["cluster"]
+    tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    tls.load_cert_chain(user["client-certificate"], user["client-key"])
+    http = {"verify": tls}
+    url = (
+        f"{cfg.host}/api/v1/namespaces/{NS}/services/"
+        f"{svc.metadata.name}:{svc.spec.ports[0].port}/proxy"
+    )
+    (dep,) = apps.list_namespaced_deployment(
+        NS, label_selector=f"{selector},app.kubernetes.io/name=serving"
+    ).items
+    (sts,) = apps.list_namespaced_stateful_set(
+        NS, label_selector=f"{selector},app.kubernetes.io/name=cube"
+    ).items
+    serving_name, cube_name = dep.metadata.name, sts.metadata.name
+
+    def settled():
+        d = apps.read_namespaced_deployment(serving_name, NS)
+        s = apps.read_namespaced_stateful_set(cube_name, NS)
+        live = [p for p in pods(kube_cluster, "serving") if not p.metadata.deletion_timestamp]
+        return (
+            d.status.observed_generation >= d.metadata.generation
+            and d.status.updated_replicas == d.status.ready_replicas == 2
+            and len(live) == 2
+            and s.status.ready_replicas == s.spec.replicas == 4
+        )
+
+    wait_until("2 serving and 4 cube pods ready", settled, 300, kube_cluster, NS)
+
+    def evict(name: str) -> None:
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NS))
+        core.create_namespaced_pod_eviction(name, NS, body)
+
+    local = local_copy(kube_cluster, tmp_path, FIRST[-1], 1)
+    lines = [
+        ln for part in sorted(local.glob("*/*/part-*")) for ln in part.read_bytes().splitlines()
+    ]
+    took: dict[str, float] = {}
+    with PredictionLoad(url, lines, http) as load:
+        time.sleep(3)
+        # 1. a cube shard pod, evicted: back (same name, new uid) and ready
+        victim = next(p for p in pods(kube_cluster, "cube") if p.metadata.name == f"{cube_name}-0")
+        t0 = time.monotonic()
+        evict(victim.metadata.name)
+
+        def cube_back():
+            p = core.read_namespaced_pod(victim.metadata.name, NS)
+            return p.metadata.uid != victim.metadata.uid and settled()
+
+        wait_until("the evicted cube pod back", cube_back, 180, kube_cluster, NS)
+        took["cube eviction"] = time.monotonic() - t0
+        # 2. a serving pod, evicted: a new one ready, the old one gone
+        victim = pods(kube_cluster, "serving")[0]
+        t0 = time.monotonic()
+        evict(victim.metadata.name)
+
+        def serving_back():
+            names = {p.metadata.name for p in pods(kube_cluster, "serving")}
+            return victim.metadata.name not in names and settled()
+
+        wait_until("the evicted serving pod replaced", serving_back, 180, kube_cluster, NS)
+        took["serving eviction"] = time.monotonic() - t0
+        # 3. serving rolled to a new image tag (kubectl set image)
+        image = dep.spec.template.spec.containers[0].image
+        new = retag(image, f"{image.rpartition(':')[2]}-rollout")
+        t0 = time.monotonic()
+        apps.patch_namespaced_deployment(serving_name, NS, {"spec": {"template": {"spec": {
+            "containers": [{"name": "serving", "image": new}]}}}})  # fmt: skip
+
+        def rolled():
+            live = [p for p in pods(kube_cluster, "serving") if p.status.phase != "Succeeded"]
+            return all(p.spec.containers[0].image == new for p in live) and settled()
+
+        wait_until("serving rolled to the new tag", rolled, 300, kube_cluster, NS)
+        took["serving rollout"] = time.monotonic() - t0
+        time.sleep(2)
+    api.close()
+    lat = sorted(load.latencies) or [0.0]
+    print(
+        f"\nno outage: {load.sent} predictions, {len(load.failed)} failed; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
+        + f"; latency p50 {lat[len(lat) // 2] * 1000:.0f} ms, p99 "
+        f"{lat[int(len(lat) * 0.99)] * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms"
+    )
+    for f in load.failed[:3]:
+        print("failed:", f)
+    assert not load.failed, load.failed[:10]
+    assert load.sent > 100
 
 
 @pytest.mark.slow

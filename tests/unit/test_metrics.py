@@ -331,7 +331,7 @@ def test_transfer_numbers(scraped):
     newest = "elasticctr_cube_transfer_newest_version_timestamp_seconds"
     assert _value(fam, newest, scenario="default") == M.version_timestamp(V2)
     assert _value(fam, "elasticctr_cube_transfer_store_readable", scenario="default") == 1
-    assert _value(fam, "elasticctr_cube_transfer_shard_up", shard="0") == 0
+    assert _value(fam, "elasticctr_cube_transfer_shard_up", shard="0", replica="0") == 0
     publishes = "elasticctr_cube_transfer_publishes_total"
     assert _value(fam, publishes, scenario="default", result="ok") == 1
     errors = "elasticctr_cube_transfer_errors_total"

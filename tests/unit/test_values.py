@@ -288,8 +288,13 @@ RULES = [
     ),
     ({"mlflow": {"enabled": False}}, V.MLFLOW_NOT_DEPLOYED),
     (
-        {"cube": {"shards": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
+        {"cube": {"shards": 2, "replicas": 1, "podDisruptionBudget": {"maxUnavailable": 2}}},
         "cube.podDisruptionBudget.maxUnavailable: 2 would let every shard (2) go down at once",
+    ),
+    (
+        {"cube": {"shards": 3, "replicas": 2, "podDisruptionBudget": {"maxUnavailable": 2}}},
+        "cube.podDisruptionBudget.maxUnavailable: 2 would let every replica (2) of a shard go "
+        "down at once",
     ),
     (
         {"cube": {"transfer": {"serviceAccount": {"create": False}}}},

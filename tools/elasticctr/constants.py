@@ -119,7 +119,11 @@ FILESERVER_MAX_UPLOAD_BYTES = 8 << 30
 ENV_CUBE_ADMIN_TOKEN = "ELASTICCTR_CUBE_ADMIN_TOKEN"
 """Bearer token for a cube shard's /admin routes (server) and for cube-transfer (client)."""
 ENV_CUBE_SHARDS = "ELASTICCTR_CUBE_SHARDS"
-"""Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving)."""
+"""Comma-separated base URLs of the cube shards, shard 0 first (transfer, serving); the
+replicas of one shard are separated by CUBE_REPLICA_SEPARATOR, e.g.
+`http://c-0:8500|http://c-2:8500,http://c-1:8500|http://c-3:8500` (two shards of two
+replicas: `elasticctr.cube.protocol.parse_shards`)."""
+CUBE_REPLICA_SEPARATOR = "|"
 ENV_CUBE_TRANSFER_URL = "ELASTICCTR_CUBE_TRANSFER_URL"
 """cube-transfer's status server, for the coordinator's poke after each export (`ectl
 coordinator --transfer-url`): the hand-off does not wait for the transfer's poll."""

@@ -300,6 +300,9 @@ class _ServerState:
         self.limits = limits
         self.conns: set[HttpProtocol] = set()
         self.stats = HttpStats()
+        # Set by `AsyncServer.drain`: every answer closes its connection, so that a
+        # keep-alive client (or a Service's conntrack entry) opens a new one elsewhere.
+        self.draining = False
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -318,6 +321,7 @@ class HttpProtocol(asyncio.Protocol):
         self.deadline = 0.0
         self.in_head = False
         self.sent_continue = False
+        self.last_active = 0.0  # connection made or the latest answer sent (drain)
 
     # --- connection lifecycle -----------------------------------------------------------
     def connection_made(self, transport):
@@ -332,7 +336,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         st.conns.add(self)
         st.stats.open = len(st.conns)
-        self.deadline = _now() + self.lim.idle_timeout
+        self.last_active = _now()
+        self.deadline = self.last_active + self.lim.idle_timeout
 
     def connection_lost(self, exc):
         self.closing = True
@@ -526,6 +531,8 @@ class HttpProtocol(asyncio.Protocol):
         if self.transport.is_closing():
             self.closing = True
             return
+        keep = keep and not self.st.draining
+        self.last_active = _now()
         self.transport.write(encode_response(resp, keep))
         if not keep:
             self.closing = True
@@ -542,6 +549,9 @@ async def _sweep(st: _ServerState) -> None:
         now = _now()
         for conn in list(st.conns):
             conn.expire(now)
+
+
+_DRAIN_IDLE = 0.5
 
 
 class AsyncServer:
@@ -565,6 +575,32 @@ class AsyncServer:
         for conn in list(self.state.conns):
             if conn.transport is not None:
                 conn.transport.close()
+
+    def start_draining(self) -> None:
+        """From now on every answer says `Connection: close` (new connections are still
+        accepted and answered)."""
+        self.state.draining = True
+
+    async def drain(self, timeout: float) -> int:
+        """Stop accepting connections, close the idle ones, let every request in progress
+        finish (its answer closes its connection) for up to `timeout` seconds; returns the
+        connections still open then (closed by `close()`). A connection idle for less than
+        `_DRAIN_IDLE` seconds (just accepted: its request may be on the way) is left open
+        that long."""
+        self.start_draining()
+        self.server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            now = _now()
+            for conn in list(self.state.conns):
+                idle = not conn.busy and not conn.buf and conn.pending is None
+                if idle and not conn.closing and now - conn.last_active >= _DRAIN_IDLE:
+                    conn.closing = True
+                    conn.transport.close()
+            if not self.state.conns or loop.time() >= deadline:
+                return len(self.state.conns)
+            await asyncio.sleep(0.02)
 
 
 async def serve_async(

@@ -301,8 +301,9 @@ TRANSFER_POKES = _c(
 )
 TRANSFER_SHARD_UP = _g(
     "elasticctr_cube_transfer_shard_up",
-    "1 when the shard answered cube-transfer's latest call, 0 when it could not be reached.",
-    ["shard"],
+    "1 when the shard replica answered cube-transfer's latest call, 0 when it could not be "
+    "reached.",
+    ["shard", "replica"],
 )
 TRANSFER_SCENARIOS = _g(
     "elasticctr_cube_transfer_scenarios", "Scenarios published (the default one included)."

@@ -495,9 +495,15 @@ def cross_field_problems(values: Values) -> list[str]:
         def cube_pdb():
             c = values["cube"]
             shards = _int(c["shards"])
+            replicas = _int(c.get("replicas", 1))
             budget = c["podDisruptionBudget"]
             down = _int(budget["maxUnavailable"])
-            if budget["enabled"] and down >= shards and shards > 1:
+            if budget["enabled"] and replicas > 1 and down >= replicas:
+                return (
+                    f"cube.podDisruptionBudget.maxUnavailable: {down} would let every replica "
+                    f"({replicas}) of a shard go down at once"
+                )
+            if budget["enabled"] and replicas == 1 and down >= shards and shards > 1:
                 return (
                     f"cube.podDisruptionBudget.maxUnavailable: {down} would let every shard "
                     f"({shards}) go down at once"

@@ -109,7 +109,11 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
 {{- if and (not $v.mlflow.enabled) (or $v.trainer.enabled $v.serving.enabled) (not $v.global.mlflow.trackingUri) (not $onPlatform) -}}
   {{- $errs = append $errs "global.mlflow.trackingUri: required when mlflow.enabled is false (training and serving report to MLflow; with no URI they would report to this release's MLflow, which is not deployed, and each trainer would wait minutes for it)" -}}
 {{- end -}}
-{{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
+{{- $cubeReplicas := int (default 1 $v.cube.replicas) -}}
+{{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (gt $cubeReplicas 1) (ge (int $v.cube.podDisruptionBudget.maxUnavailable) $cubeReplicas) -}}
+  {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every replica (%d) of a shard go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) $cubeReplicas) -}}
+{{- end -}}
+{{- if and $v.cube.enabled $v.cube.podDisruptionBudget.enabled (eq $cubeReplicas 1) (ge (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) (gt (int $v.cube.shards) 1) -}}
   {{- $errs = append $errs (printf "cube.podDisruptionBudget.maxUnavailable: %d would let every shard (%d) go down at once" (int $v.cube.podDisruptionBudget.maxUnavailable) (int $v.cube.shards)) -}}
 {{- end -}}
 {{- if $errs -}}

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import typer
 
-from elasticctr.constants import CUBE_PORT, CUBE_TRANSFER_PORT, ENV_CUBE_SHARDS
+from elasticctr.constants import (
+    CUBE_PORT,
+    CUBE_REPLICA_SEPARATOR,
+    CUBE_TRANSFER_PORT,
+    ENV_CUBE_SHARDS,
+)
 from elasticctr.errors import EctlError
 
 cube_app = typer.Typer(
@@ -24,14 +29,17 @@ cube_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_SHARD_URL_HELP = f"Base URL of each shard, shard 0 first (repeat; else ${ENV_CUBE_SHARDS})."
+_SHARD_URL_HELP = (
+    f"Base URL of each shard, shard 0 first (repeat; else ${ENV_CUBE_SHARDS}); the replicas "
+    f"of one shard joined by {CUBE_REPLICA_SEPARATOR!r}."
+)
 
 
 def _shard_urls(urls: list[str] | None) -> list[str]:
-    if urls:
-        return urls
-    env = os.environ.get(ENV_CUBE_SHARDS, "")
-    found = [u.strip() for u in env.split(",") if u.strip()]
+    """One entry per shard (its replicas joined by `|`: `protocol.parse_shards`)."""
+    from elasticctr.cube.protocol import format_shards, parse_shards
+
+    found = format_shards(parse_shards(urls or os.environ.get(ENV_CUBE_SHARDS, "")))
     if not found:
         raise EctlError("no cube shards given", hint=f"pass --shard-url or set ${ENV_CUBE_SHARDS}")
     return found
@@ -80,8 +88,13 @@ def build(
 def server(
     cube_root: Path = typer.Option(..., help="Directory holding built versions (read-only use)."),
     state_dir: Path = typer.Option(..., help="This shard's own directory (committed version)."),
-    shard: int = typer.Option(..., help="This shard's index, 0..N-1."),
+    shard: int | None = typer.Option(None, help="This shard's index, 0..N-1."),
     num_shards: int = typer.Option(..., help="Total number of shards N."),
+    ordinal: int | None = typer.Option(
+        None,
+        help="Instead of --shard: this replica's number (a StatefulSet pod ordinal); it "
+        "serves shard ORDINAL % N, so ordinals i, i+N, i+2N, ... are replicas of shard i.",
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 in a pod)."),
     port: int = typer.Option(CUBE_PORT, help="Port to listen on."),
     keep: int = typer.Option(2, help="Versions held in memory (committed + previous ones)."),
@@ -93,6 +106,12 @@ def server(
     One table per scenario of the platform (docs/platform.md)."""
     from elasticctr.cube.server import run_server
 
+    if (shard is None) == (ordinal is None):
+        raise EctlError("pass one of --shard and --ordinal")
+    if num_shards < 1 or (ordinal if shard is None else shard) < 0:
+        raise EctlError("--num-shards must be >= 1, --shard and --ordinal >= 0")
+    if shard is None:
+        shard = ordinal % num_shards
     _logging()
     run_server(
         cube_root=cube_root,

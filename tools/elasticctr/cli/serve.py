@@ -84,6 +84,15 @@ def serve(
             "default one at /v1/predict (docs/platform.md)."
         ),
     ),
+    drain_seconds: float = typer.Option(
+        0.0,
+        min=0,
+        help="After SIGTERM: not ready at once, new connections still answered this long "
+        "(with a preStop sleep in a pod the endpoints have already dropped it).",
+    ),
+    drain_timeout: float = typer.Option(
+        20.0, min=0, help="Then: seconds requests in progress get to finish before exit."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning, error."),
 ) -> None:
     """Run the prediction API: cube lookups + dense model, dynamic batching.
@@ -97,12 +106,18 @@ def serve(
     import signal
 
     from elasticctr.serving.app import ServeConfig, run
+    from elasticctr.serving.model import keep_python_signal_handlers
     from elasticctr.serving.samples import Limits
 
     if not store:
         raise EctlError("no model store", hint=f"pass --store or set ${ENV_MODEL_STORE}")
+    # Paddle's import takes SIGTERM over and resets the root logger: import it first, then
+    # configure logging (force) and, in main(), the signal handlers.
+    keep_python_signal_handlers()
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
     )
     cfg = ServeConfig(
         store=store,
@@ -119,6 +134,8 @@ def serve(
         mlflow_model_name=mlflow_model_name,
         limits=Limits(max_request_samples, max_body_bytes, max_request_features),
         scenarios=scenarios,
+        drain_seconds=drain_seconds,
+        drain_timeout=drain_timeout,
     )
     if cfg.version:
         from elasticctr.versions import check_version_id
@@ -126,14 +143,25 @@ def serve(
         check_version_id(cfg.version)
 
     async def main():
+        stop = asyncio.Event()
         task = asyncio.ensure_future(
             run(
-                cfg, host, port, ready=lambda p: print(f"serving on http://{host}:{p}", flush=True)
+                cfg,
+                host,
+                port,
+                stop=stop,
+                ready=lambda p: print(f"serving on http://{host}:{p}", flush=True),
             )  # fmt: skip
         )
+
+        def on_signal():  # the first one drains, a second one stops at once
+            if stop.is_set():
+                task.cancel()
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, on_signal)
         try:
             await task
         except asyncio.CancelledError:

@@ -1,7 +1,10 @@
 """Clients of cube shards: admin calls (transfer) and version-pinned lookups (serving).
 
 `CubeClient.lookup` routes keys with `format.shard_of`, asks every shard in parallel,
-pins all of them to one version, and refuses an answer assembled from two versions.
+pins all of them to one version, and refuses an answer assembled from two versions. A
+shard may have several replicas (`protocol.parse_shards`): a lookup that a replica does
+not answer (unreachable, timeout, 5xx, version not held) is asked of the next replica of
+the same shard; admin calls (`each`) go to every replica.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from elasticctr.cube.protocol import (
     LookupResult,
     decode_response,
     encode_keys,
+    parse_shards,
 )
 from elasticctr.errors import EctlError
 from elasticctr.httpd import error_message
@@ -38,8 +42,12 @@ class ShardError(EctlError):
 
 
 class ShardClient:
-    def __init__(self, url: str, *, timeout: float = 60.0, token: str | None = None):
+    def __init__(
+        self, url: str, *, timeout: float = 60.0, token: str | None = None, label: str = ""
+    ):
         self.url = url.rstrip("/")
+        self.label = label or self.url
+        """How messages name it: `shard I` (`shard I replica R` when it has replicas)."""
         token = token if token is not None else os.environ.get(ENV_ADMIN_TOKEN)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
@@ -107,13 +115,28 @@ class ShardClient:
 
 
 class CubeClient:
-    """All shards of one cube; shard i is `urls[i]`."""
+    """All shards of one cube: `urls` as `protocol.parse_shards` reads them (shard i is the
+    i-th entry; its replicas separated by `|`). `shards` is every replica, shard order
+    first; `shard_index[j]` is the shard `shards[j]` serves."""
 
-    def __init__(self, urls: list[str], **kw):
-        if not urls:
+    def __init__(self, urls: list[str] | str, **kw):
+        groups = parse_shards(urls)
+        if not groups:
             raise EctlError("no cube shard URLs given")
-        self.shards = [ShardClient(u, **kw) for u in urls]
-        self._pool = ThreadPoolExecutor(max_workers=len(urls))
+        self.num_shards = len(groups)
+        self.replicas: list[list[ShardClient]] = [
+            [
+                ShardClient(
+                    u, label=f"shard {i}" if len(g) == 1 else f"shard {i} replica {r}", **kw
+                )
+                for r, u in enumerate(g)
+            ]
+            for i, g in enumerate(groups)
+        ]
+        self.shards = [c for g in self.replicas for c in g]
+        self.shard_index = [i for i, g in enumerate(self.replicas) for _ in g]
+        self._pool = ThreadPoolExecutor(max_workers=len(self.shards))
+        self._next = 0  # the replica a lookup asks first, in turn
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -121,17 +144,41 @@ class CubeClient:
             s.close()
 
     def each(self, fn) -> list[Any]:
-        """fn(shard_client) on every shard in parallel; results in shard order."""
+        """fn(shard_client) on every replica of every shard in parallel; results in
+        `shards` order."""
         return list(self._pool.map(fn, self.shards))
+
+    def _lookup_shard(self, i: int, keys: np.ndarray, version: str, table: str | None):
+        """One shard's rows, from its first replica that answers them; the last error when
+        none does. A replica's refusal other than 5xx/409 (bad request) is final."""
+        group = self.replicas[i]
+        start = self._next % len(group)
+        last: ShardError | None = None
+        for r in range(len(group)):
+            replica = group[(start + r) % len(group)]
+            try:
+                return replica.lookup(keys, version, table)
+            except ShardError as exc:
+                if exc.status is not None and exc.status < 500 and exc.status != 409:
+                    raise
+                last = exc
+        assert last is not None
+        raise last
 
     def lookup(
         self, keys: np.ndarray, version: str, table: str | None = None
     ) -> tuple[np.ndarray, int]:
         """Rows of `keys` from `version` (of `table`) on every shard; (rows [n, dim], missing)."""
         keys = np.asarray(keys, dtype=np.uint64)
-        owner = shard_of(keys, len(self.shards))
-        groups = [np.flatnonzero(owner == i) for i in range(len(self.shards))]
-        results = self.each(lambda s: s.lookup(keys[groups[self.shards.index(s)]], version, table))
+        owner = shard_of(keys, self.num_shards)
+        groups = [np.flatnonzero(owner == i) for i in range(self.num_shards)]
+        self._next += 1
+        results = list(
+            self._pool.map(
+                lambda i: self._lookup_shard(i, keys[groups[i]], version, table),
+                range(self.num_shards),
+            )
+        )
         dims = {r.rows.shape[1] for r in results}
         if (
             len({r.version for r in results}) != 1

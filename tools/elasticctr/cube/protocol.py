@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elasticctr.constants import CUBE_REPLICA_SEPARATOR
 from elasticctr.errors import EctlError
 
 RESPONSE_MAGIC = b"CUB1"
@@ -60,3 +61,24 @@ def decode_response(body: bytes) -> LookupResult:
         raise EctlError(f"cube response is {len(body)} bytes, header promises {expect}")
     rows = np.frombuffer(body, dtype="<f4", offset=RESPONSE_HEADER.size).reshape(count, dim)
     return LookupResult(version.rstrip(b"\0").decode(), shard, missing, rows)
+
+
+def parse_shards(spec: str | list[str]) -> list[list[str]]:
+    """The shard URL contract (ELASTICCTR_CUBE_SHARDS, `--shard-url`, `--cube`): shards in
+    order, shard 0 first, comma-separated (or one list item each); the replicas of a shard
+    separated by `CUBE_REPLICA_SEPARATOR`. Returns, per shard, its replicas' URLs."""
+    items = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]
+    shards = []
+    for item in items:
+        if not item.strip():
+            continue
+        replicas = [u.strip() for u in item.split(CUBE_REPLICA_SEPARATOR)]
+        if not all(replicas):
+            raise EctlError(f"cube shard {item.strip()!r}: an empty replica URL")
+        shards.append(replicas)
+    return shards
+
+
+def format_shards(shards: list[list[str]]) -> list[str]:
+    """One string per shard (its replicas joined), the inverse of `parse_shards`."""
+    return [CUBE_REPLICA_SEPARATOR.join(replicas) for replicas in shards]

@@ -450,6 +450,10 @@ def _parse_json(body: bytes):
         raise HttpError(400, "bad_json", f"body is not valid JSON: {exc}") from exc
 
 
+DRAIN_TIMEOUT = 5.0
+"""Seconds the lookups in progress get to finish after SIGTERM."""
+
+
 async def serve(app: CubeApp, host: str, port: int, ready: Callable[[], None] | None = None):
     limits = Limits.from_env(max_body_bytes=MAX_BODY_BYTES)
     app.limits = limits
@@ -468,6 +472,9 @@ async def serve(app: CubeApp, host: str, port: int, ready: Callable[[], None] | 
         ready()
     try:
         await stop.wait()
+        # Stop listening (clients move to another replica at once), let the lookups in
+        # progress finish (a second or so at most), then close.
+        await server.drain(DRAIN_TIMEOUT)
     finally:
         server.close()
     log.info("cube shard %d stopped", app.state.shard)

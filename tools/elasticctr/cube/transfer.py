@@ -52,6 +52,7 @@ from elasticctr import scenarios
 from elasticctr.cube.builder import build_version, built_versions, remove_version
 from elasticctr.cube.client import CubeClient, ShardError
 from elasticctr.cube.modelstore import fetch_version, list_versions, verify_version
+from elasticctr.cube.protocol import format_shards
 from elasticctr.errors import EctlError
 from elasticctr.modelstore import open_store, redact_url
 from elasticctr.versions import check_version_id
@@ -189,7 +190,7 @@ class Transfer:
         self.notify_urls = list(notify or [])
         self._own_cube = cube is None
         self.cube = cube or CubeClient(shard_urls, timeout=timeout)
-        self.num_shards = len(self.cube.shards)
+        self.num_shards = self.cube.num_shards
         self.shards_error: str | None = None
         """Why the watcher is still waiting for its shards (None once they answered)."""
         self.counts = counts or Counts()
@@ -233,48 +234,79 @@ class Transfer:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def check_shards(self) -> None:
-        """Every URL must be the shard its position says, of the same shard count."""
-        statuses = self.cube.each(lambda s: s.status())
-        for i, st in enumerate(statuses):
+        """Every URL must be the shard its position says, of the same shard count; every
+        shard needs one replica that answers (a replica that is down is repaired by
+        `reconcile` once it is back)."""
+
+        def status(s):
+            try:
+                return s.status()
+            except ShardError as exc:
+                return exc
+
+        statuses = self.cube.each(status)
+        for j, st in enumerate(statuses):
+            i = self.cube.shard_index[j]
+            if isinstance(st, ShardError):
+                continue
             if st.get("shard") != i or st.get("num_shards") != self.num_shards:
                 raise EctlError(
-                    f"{self.cube.shards[i].url} is shard {st.get('shard')} of "
+                    f"{self.cube.shards[j].url} is shard {st.get('shard')} of "
                     f"{st.get('num_shards')}, expected shard {i} of {self.num_shards}",
-                    hint="list --shard-url in shard order, one per shard",
+                    hint="list --shard-url in shard order, one per shard (replicas joined by |)",
                 )
+        for i in range(self.num_shards):
+            down = [st for j, st in enumerate(statuses) if self.cube.shard_index[j] == i]
+            if all(isinstance(st, ShardError) for st in down):
+                raise down[0]
 
     # --- the two-phase switch -----------------------------------------------------------
     def _switch(self, version: str, state: dict[str, Any]) -> None:
-        errors: dict[int, str] = {}
+        """Phase 1 loads `version` on every replica of every shard. A replica that refuses
+        it (4xx: corrupt, over its budget, ...) fails the switch; one that is down
+        (unreachable, 5xx) is left behind as long as another replica of its shard loaded
+        it (`reconcile` brings it onto the committed version once it is back); a shard
+        with no replica loaded fails the switch. Then the commit point, then phase 2."""
+        errors: dict[int, ShardError] = {}
 
         def load(s):
             try:
                 s.load(version, self.table, self.budget_bytes)
                 return None
             except ShardError as exc:
-                return str(exc)
+                return exc
 
-        for i, err in enumerate(self.cube.each(load)):
+        for j, err in enumerate(self.cube.each(load)):
             if err:
-                errors[i] = err
-        if errors:
-            for i, s in enumerate(self.cube.shards):
-                if i not in errors:
-                    try:
-                        s.unload(version, self.table)
-                    except ShardError:
-                        pass  # that shard will evict it on its next commit anyway
-            detail = "; ".join(f"shard {i}: {e}" for i, e in sorted(errors.items()))
+                errors[j] = err
+        refused = {j for j, e in errors.items() if e.status is not None and e.status < 500}
+        loaded = [j for j in range(len(self.cube.shards)) if j not in errors]
+        empty = [
+            i for i in range(self.num_shards) if i not in {self.cube.shard_index[j] for j in loaded}
+        ]
+        if refused or empty:
+            for j in loaded:
+                try:
+                    self.cube.shards[j].unload(version, self.table)
+                except ShardError:
+                    pass  # that shard will evict it on its next commit anyway
+            detail = "; ".join(
+                f"{self.cube.shards[j].label}: {e}" for j, e in sorted(errors.items())
+            )
             raise SwitchFailed(f"version {version} not switched, phase 1 failed: {detail}")
         # The commit point: from here on the version is committed, stragglers are repaired.
         state["committed"] = version
         self._save(state)
-        lagging = self._commit_all(version)
-        if lagging:
-            self.echo(f"committed {version}; shards {lagging} will catch up (reconcile)")
+        lagging = self._commit_all(version, loaded)
+        behind = sorted(set(lagging) | set(errors))
+        if behind:
+            names = [self.cube.shards[j].label for j in behind]
+            self.echo(f"committed {version}; {names} will catch up (reconcile)")
         self._notify(version, state)
 
-    def _commit_all(self, version: str) -> list[int]:
+    def _commit_all(self, version: str, only: list[int] | None = None) -> list[int]:
+        """Commit on the replicas `only` (all by default); returns those that did not."""
+
         def commit(s):
             try:
                 s.commit(version, self.table)
@@ -289,31 +321,37 @@ class Transfer:
                         return False
                 return False
 
-        return [i for i, ok in enumerate(self.cube.each(commit)) if not ok]
+        which = list(range(len(self.cube.shards))) if only is None else only
+        results = self.cube.each(
+            lambda s: commit(s) if self.cube.shards.index(s) in which else True
+        )
+        return [j for j, ok in enumerate(results) if not ok]
 
     def reconcile(self) -> list[int]:
-        """Bring every reachable shard onto the committed version; returns shards fixed."""
+        """Bring every reachable replica onto the committed version; returns those fixed
+        (their indices in `cube.shards`)."""
         committed = self.state().get("committed")
         if not committed:
             return []
         fixed = []
-        for i, s in enumerate(self.cube.shards):
+        for j, s in enumerate(self.cube.shards):
             try:
                 if s.table_status(self.table).get("committed") != committed:
                     s.load(committed, self.table, self.budget_bytes)
                     s.commit(committed, self.table)
-                    fixed.append(i)
+                    fixed.append(j)
             except ShardError as exc:
-                log.warning("reconcile shard %d: %s", i, exc)
+                log.warning("reconcile %s: %s", s.label, exc)
         if fixed:
-            self.echo(f"reconciled shards {fixed} onto {committed}")
+            names = [self.cube.shards[j].label for j in fixed]
+            self.echo(f"reconciled {names} onto {committed}")
         return fixed
 
     def _notify(self, version: str, state: dict[str, Any]) -> None:
         payload = {
             "version": version,
             "scenario": self.table,
-            "cube_shards": [s.url for s in self.cube.shards],
+            "cube_shards": format_shards([[s.url for s in g] for g in self.cube.replicas]),
         }
         for url in self.notify_urls:
             try:
@@ -649,7 +687,7 @@ class PlatformTransfer:
         self.notify = list(notify or [])
         self.echo = echo or (lambda msg: log.info(msg))
         self.cube = CubeClient(shard_urls, timeout=timeout)
-        self.num_shards = len(shard_urls)
+        self.num_shards = self.cube.num_shards
         self.transfers: dict[str, Transfer] = {}
         self.registered: dict[str, scenarios.Scenario] = {}
         self.errors: dict[str, str] = {}

@@ -241,9 +241,10 @@ class TransferCollector:
         yield publishes
         yield errors
         up = M.TRANSFER_SHARD_UP.family()
-        for i, shard in enumerate(watched.cube.shards):
-            if shard.reachable is not None:
-                up.add_metric([str(i)], int(shard.reachable))
+        for i, replicas in enumerate(watched.cube.replicas):
+            for r, shard in enumerate(replicas):
+                if shard.reachable is not None:
+                    up.add_metric([str(i), str(r)], int(shard.reachable))
         yield up
         yield M.TRANSFER_SCENARIOS.family(len(tables))
         yield M.TRANSFER_POKES.family(watched.pokes)

@@ -95,6 +95,11 @@ class ServeConfig:
     mlflow_model_name: str | None = None  # ... and register it under this name
     limits: Limits = field(default_factory=Limits)
     scenarios: bool = False  # serve every scenario of the platform, not only the default
+    # Drain on SIGTERM (docs/serving.md "Drain"): not ready at once, keep answering new
+    # connections for `drain_seconds`, then stop listening and let requests in progress
+    # finish for up to `drain_timeout` seconds.
+    drain_seconds: float = 0.0
+    drain_timeout: float = 20.0
 
 
 class ServingVersion:
@@ -602,6 +607,7 @@ class ServingApp:
         self.versions = self.scenarios.default
         self.batcher = Batcher(cfg, self.metrics)
         self.tasks: list[asyncio.Task] = []
+        self.draining = False  # SIGTERM received: /readyz answers 503 `draining`
         self.routes = {
             ("POST", "/v1/predict"): self.predict,
             ("GET", "/v1/version"): self.version,
@@ -809,7 +815,10 @@ class ServingApp:
     async def readyz(self, req: Request) -> Response:
         """Ready = able to serve what there is: a loaded version, or no model version at all
         yet (then /v1/predict answers 503 `no_model`; an install waiting for readiness must
-        not wait for training). Not ready while a version exists but is not loaded."""
+        not wait for training). Not ready while a version exists but is not loaded, nor
+        once draining (SIGTERM)."""
+        if self.draining:
+            return Response.error(503, "draining", "shutting down: finishing requests in progress")
         sv = self.versions.current
         if sv is None and self.versions.no_version_yet:
             return Response.json(200, {"status": "ready", "version": None, "detail": NO_MODEL_YET})
@@ -835,8 +844,13 @@ def _query_param(query: str, name: str) -> str | None:
     return parse_qs(query).get(name, [None])[0]
 
 
-async def run(cfg: ServeConfig, host: str, port: int, ready=None) -> None:
-    """Serve until cancelled (SIGTERM/SIGINT in `ectl serve`)."""
+async def run(
+    cfg: ServeConfig, host: str, port: int, ready=None, stop: asyncio.Event | None = None
+) -> None:
+    """Serve until `stop` is set (the first SIGTERM/SIGINT in `ectl serve`), then drain:
+    not ready at once, new connections still answered for `cfg.drain_seconds` (while the
+    endpoints drop this replica), then no new connections and the requests in progress
+    finish (at most `cfg.drain_timeout` seconds). Cancelled = stop at once."""
     from elasticctr.httpd import Limits as HttpLimits
     from elasticctr.httpd import serve_async
 
@@ -847,11 +861,23 @@ async def run(cfg: ServeConfig, host: str, port: int, ready=None) -> None:
     if ready is not None:
         ready(server.sockets[0].getsockname()[1])
     try:
-        await app.start()
-    except EctlError as exc:
-        log.error("starting without a version (the poller keeps trying): %s", exc)
-    try:
-        await asyncio.Event().wait()
+        try:
+            await app.start()
+        except EctlError as exc:
+            log.error("starting without a version (the poller keeps trying): %s", exc)
+        await (stop or asyncio.Event()).wait()
+        app.draining = True
+        server.start_draining()
+        t0 = time.monotonic()
+        log.info(
+            "draining: not ready; answering new connections for %.1fs, then finishing "
+            "requests in progress (at most %.1fs)", cfg.drain_seconds, cfg.drain_timeout,
+        )  # fmt: skip
+        await asyncio.sleep(cfg.drain_seconds)
+        left = await server.drain(cfg.drain_timeout)
+        log.info(
+            "drained in %.2fs (%d connections cut at the timeout)", time.monotonic() - t0, left
+        )
     finally:
         server.close()
         for t in app.tasks:

@@ -7,6 +7,7 @@ of the lines give AUC and logloss.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -55,31 +56,67 @@ class NoModelYet(ValidationError):
     """The service runs but no model version exists yet (503 `no_model`)."""
 
 
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0)
+"""Seconds before each retry of a call that a replica could not answer (connection error,
+timeout, 502/503/504 other than `no_model`): predictions and version reads are idempotent,
+and a new connection through the Service reaches another replica."""
+
+
 class ServingClient:
     def __init__(
-        self, url: str, token: str | None = None, timeout: float = 30.0, scenario: str | None = None
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        scenario: str | None = None,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
     ):
         """`scenario`: a scenario of the platform (`/v1/scenarios/{name}/...`); None or
         `default` = the default scenario's `/v1/predict`."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.timeout = timeout
         self.url = url.rstrip("/")
         if scenario and scenario != DEFAULT:
             self.prefix = f"/v1/scenarios/{check_name(scenario, field_name='--scenario')}"
         else:
             self.prefix = "/v1"
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.retry_delays = retry_delays
+        self.retries = 0
+        self.http = self._client()
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=self.timeout)
 
     def close(self):
         self.http.close()
 
-    def _call(self, method: str, path: str, **kw) -> httpx.Response:
+    @staticmethod
+    def _retryable(resp: httpx.Response) -> bool:
+        if resp.status_code not in (502, 503, 504):
+            return False
         try:
-            resp = self.http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise EctlError(
-                f"cannot reach the prediction service at {self.url}: {exc}",
-                hint="check --url (or ELASTICCTR_SERVING_URL) and that `ectl serve` runs",
-            ) from exc
+            return resp.json()["error"]["code"] != "no_model"
+        except (ValueError, KeyError, TypeError):
+            return True
+
+    def _call(self, method: str, path: str, **kw) -> httpx.Response:
+        for delay in (*self.retry_delays, None):
+            try:
+                resp = self.http.request(method, path, **kw)
+            except httpx.TransportError as exc:
+                if delay is None:
+                    raise EctlError(
+                        f"cannot reach the prediction service at {self.url}: {exc}",
+                        hint="check --url (or ELASTICCTR_SERVING_URL) and that `ectl serve` runs",
+                    ) from exc
+            else:
+                if delay is None or not self._retryable(resp):
+                    break
+            # Another replica: drop this one's keep-alive connections, then ask again.
+            self.retries += 1
+            self.http.close()
+            self.http = self._client()
+            time.sleep(delay)
         if resp.status_code >= 400:
             try:
                 err = resp.json()["error"]

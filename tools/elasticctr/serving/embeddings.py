@@ -6,12 +6,19 @@ keys with cube's own `shard_of`, over asyncio keep-alive connections: cube's
 the serving event loop costs more than the lookup itself. Every shard is asked in
 parallel with the version pinned (`X-Cube-Version`); every answer must carry that
 version, or the whole lookup fails with `VersionUnavailable` (never mixed rows).
+
+A shard with replicas (`protocol.parse_shards`) is asked through one replica at a time, in
+turn; a lookup is idempotent, so when that replica cannot answer it (unreachable, timeout,
+5xx, or it does not hold the pinned version or table: 409/404) the next replica of the same
+shard is asked, and a replica that failed is asked last for `DOWN_SECONDS` (doubled at
+each failure in a row). Only when every replica fails does the lookup fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -24,6 +31,7 @@ from elasticctr.cube.protocol import (
     VERSION_HEADER,
     decode_response,
     encode_keys,
+    parse_shards,
 )
 from elasticctr.errors import EctlError
 from elasticctr.httpd import error_message
@@ -37,6 +45,18 @@ class VersionUnavailable(EctlError):
 
 class CubeUnavailable(EctlError):
     """A shard could not be reached or answered an error."""
+
+
+CONNECT_TIMEOUT = 1.0
+"""Seconds to open a connection to a shard replica (a pod that is gone may never answer
+the SYN): the lookup moves on to another replica instead of waiting out the timeout."""
+DOWN_SECONDS = 2.0
+"""A replica that failed is asked last for this long, doubled at each failure in a row
+(at most DOWN_MAX_SECONDS): a replica that is gone costs a connect timeout rarely."""
+DOWN_MAX_SECONDS = 30.0
+RETRY_STATUSES = frozenset({404, 409, 500, 502, 503, 504})
+"""Answers another replica of the shard may not give: not holding the table (404) or the
+pinned version (409: not loaded yet after a restart), or a server error."""
 
 
 class _Conn:
@@ -109,7 +129,9 @@ class _Shard:
         raise AssertionError("unreachable")
 
     async def _open(self) -> _Conn:
-        reader, writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), min(self.timeout, CONNECT_TIMEOUT)
+        )
         return _Conn(reader, writer)
 
     def close(self) -> None:
@@ -118,15 +140,77 @@ class _Shard:
         self.idle.clear()
 
 
+class _ShardGroup:
+    """The replicas of one shard (one `_Shard` each): see the module's docstring."""
+
+    def __init__(self, urls: list[str], timeout: float):
+        self.replicas = [_Shard(u, timeout) for u in urls]
+        self.down_until = [0.0] * len(urls)
+        self.fails = [0] * len(urls)  # failures in a row
+        self.turn = 0
+        self.url = "|".join(urls)
+        self.retries = 0  # lookups answered by another replica after one failed
+
+    def order(self) -> list[int]:
+        """Replicas to ask, in turn; the ones that failed lately last."""
+        n = len(self.replicas)
+        self.turn = (self.turn + 1) % n
+        turn = [(self.turn + k) % n for k in range(n)]
+        now = time.monotonic()
+        return [r for r in turn if self.down_until[r] <= now] + [
+            r for r in turn if self.down_until[r] > now
+        ]
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes, _Shard]:
+        """(status, body, replica) of the first replica that answers other than with one of
+        `RETRY_STATUSES`; else the last answer, or CubeUnavailable when none answered."""
+        last: tuple[int, bytes, _Shard] | None = None
+        error: CubeUnavailable | None = None
+        for k, r in enumerate(self.order()):
+            replica = self.replicas[r]
+            try:
+                status, payload = await replica.request(method, path, body, headers)
+            except CubeUnavailable as exc:
+                self._down(r)
+                error = exc
+                continue
+            if status in RETRY_STATUSES and len(self.replicas) > 1:
+                if status >= 500:
+                    self._down(r)
+                last = (status, payload, replica)
+                continue
+            self.fails[r] = 0
+            if k:
+                self.retries += 1
+            return status, payload, replica
+        if last is not None:
+            return last
+        assert error is not None
+        raise error
+
+    def _down(self, r: int) -> None:
+        self.fails[r] += 1
+        wait = min(DOWN_SECONDS * 2 ** (self.fails[r] - 1), DOWN_MAX_SECONDS)
+        self.down_until[r] = time.monotonic() + wait
+
+    def close(self) -> None:
+        for r in self.replicas:
+            r.close()
+
+
 class CubeEmbeddings:
-    """All shards of one cube, shard i at urls[i] (the order cube-transfer built them in)."""
+    """All shards of one cube, shard i at urls[i] (the order cube-transfer built them in;
+    a shard's replicas joined by `|`: `protocol.parse_shards`)."""
 
     kind = "cube"
 
     def __init__(self, urls: list[str], timeout: float = 5.0):
-        if not urls:
+        groups = parse_shards(urls)
+        if not groups:
             raise EctlError("no cube shard URLs given")
-        self.shards = [_Shard(u, timeout) for u in urls]
+        self.shards = [_ShardGroup(g, timeout) for g in groups]
 
     @property
     def urls(self) -> list[str]:
@@ -150,8 +234,8 @@ class CubeEmbeddings:
         ]
         answers = await asyncio.gather(*calls)
         rows = np.empty((keys.size, dim), dtype=np.float32)
-        asked = [(s, idx) for s, idx in zip(self.shards, groups, strict=True) if idx.size]
-        for (shard, idx), (status, body) in zip(asked, answers, strict=True):
+        asked = [idx for idx in groups if idx.size]
+        for idx, (status, body, shard) in zip(asked, answers, strict=True):
             if status in (404, 409):  # 404: the table is gone (scenario removed)
                 raise VersionUnavailable(
                     f"cube shard {shard.url} does not hold version {version}: {_msg(body)}"
@@ -171,20 +255,32 @@ class CubeEmbeddings:
         return rows
 
     async def statuses(self) -> list[dict]:
-        """Every shard's /v1/status (CubeUnavailable when one cannot tell)."""
-        answers = await asyncio.gather(
-            *(s.request("GET", "/v1/status") for s in self.shards), return_exceptions=True
-        )
-        out = []
-        for shard, ans in zip(self.shards, answers, strict=True):
-            if isinstance(ans, BaseException):
-                raise CubeUnavailable(str(ans)) from ans
-            if ans[0] != 200:
-                raise CubeUnavailable(f"cube shard {shard.url} answered {ans[0]}: {_msg(ans[1])}")
+        """/v1/status of every replica that answers (CubeUnavailable when no replica of
+        some shard can tell). Replicas of a shard that disagree read as a switch in
+        progress (`committed_of`)."""
+
+        async def status(shard: _Shard) -> dict:
+            status, body = await shard.request("GET", "/v1/status")
+            if status != 200:
+                raise CubeUnavailable(f"cube shard {shard.url} answered {status}: {_msg(body)}")
             try:
-                out.append(json.loads(ans[1]))
+                return json.loads(body)
             except ValueError:
                 raise CubeUnavailable(f"cube shard {shard.url}: /v1/status is not JSON") from None
+
+        replicas = [r for g in self.shards for r in g.replicas]
+        answers = await asyncio.gather(*(status(r) for r in replicas), return_exceptions=True)
+        out, k = [], 0
+        for group in self.shards:
+            mine = answers[k : k + len(group.replicas)]
+            k += len(group.replicas)
+            good = [a for a in mine if not isinstance(a, BaseException)]
+            if not good:
+                err = mine[0]
+                if isinstance(err, CubeUnavailable):
+                    raise err
+                raise CubeUnavailable(str(err)) from err
+            out.extend(good)
         return out
 
     async def committed(self, table: str | None = None) -> str | None:

@@ -89,6 +89,18 @@ def dense_model_files(dense_dir: Path) -> tuple[Path, Path]:
     )
 
 
+def keep_python_signal_handlers() -> None:
+    """Stop Paddle from taking SIGTERM over. Importing paddle installs glog's failure
+    handler for SIGTERM, which aborts the process at once ("Termination signal is
+    detected"): serving then never drained. Called once before serving installs its
+    handlers; a later `import paddle.inference` (the first version load) keeps them."""
+    try:
+        import paddle
+    except ImportError:  # no Paddle: no dense model to load, nothing takes SIGTERM over
+        return
+    paddle.disable_signal_handler()
+
+
 class DenseModel:
     """A Paddle Inference predictor of the dense part (CPU, one math thread).
 

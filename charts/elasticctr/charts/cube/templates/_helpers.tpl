@@ -6,14 +6,21 @@ define names are global across the umbrella and its subcharts. */}}
 {{- printf "%s-headless" (include "elasticctr.component.fullname" (dict "ctx" . "name" "cube")) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Comma-separated shard base URLs, shard 0 first (ELASTICCTR_CUBE_SHARDS). */}}
+{{/* The shard URL contract (ELASTICCTR_CUBE_SHARDS, elasticctr.cube.protocol.parse_shards):
+comma-separated shards, shard 0 first; each shard's replicas joined by "|". Pod ordinal
+i + r*shards is replica r of shard i. */}}
 {{- define "cube.shardUrls" -}}
 {{- $f := include "elasticctr.component.fullname" (dict "ctx" . "name" "cube") -}}
 {{- $h := include "cube.headless" . -}}
 {{- $port := include "elasticctr.port" "cube" -}}
+{{- $shards := int .Values.shards -}}
 {{- $urls := list -}}
-{{- range $i := until (int .Values.shards) -}}
-{{- $urls = append $urls (printf "http://%s-%d.%s.%s.svc:%s" $f $i $h $.Release.Namespace $port) -}}
+{{- range $i := until $shards -}}
+{{- $replicas := list -}}
+{{- range $r := until (int $.Values.replicas) -}}
+{{- $replicas = append $replicas (printf "http://%s-%d.%s.%s.svc:%s" $f (add $i (mul $r $shards)) $h $.Release.Namespace $port) -}}
+{{- end -}}
+{{- $urls = append $urls (join "|" $replicas) -}}
 {{- end -}}
 {{- join "," $urls -}}
 {{- end -}}
