@@ -116,48 +116,6 @@ class LocalBackend(_Backend):
             return []
 
 
-class ClusterBackend(_Backend):
-    """A platform release on Kubernetes (the target's kubeconfig, or in-cluster)."""
-
-    def __init__(self, target):
-        from elasticctr.cli.model import ProxiedTransfer
-
-        self.target = target
-        self.platform = target.release
-        self.namespace = target.resolved_namespace()
-        self.transfer = ProxiedTransfer(target, None)
-        self._lock = threading.Lock()  # the kubernetes client's pool is shared
-
-    def registered(self) -> dict[str, scenarios.Scenario]:
-        from elasticctr.cli.scenario import _registered
-
-        return _registered(self.target, self.platform, self.namespace)
-
-    def scenarios(self) -> list[dict[str, Any]]:
-        from elasticctr.cli.scenario import collect
-
-        return collect(self.target, self.platform, self.namespace)
-
-    def versions(self, name: str) -> dict[str, Any]:
-        with self._lock:
-            doc = _transfer_call(self.transfer, "GET", "/v1/versions", query={"scenario": name})
-            doc["serving"] = self.transfer.serving_versions(name)
-        return doc
-
-    def pin(self, name: str, version: str) -> dict[str, Any]:
-        body = {"scenario": name, "version": version}
-        with self._lock:
-            return _transfer_call(self.transfer, "POST", "/v1/pin", body=body, timeout=600)
-
-    def unpin(self, name: str) -> dict[str, Any]:
-        with self._lock:
-            return _transfer_call(self.transfer, "POST", "/v1/unpin", body={"scenario": name})
-
-    def serving_metrics(self) -> list[str]:
-        with self._lock:
-            return self.transfer.serving_metrics()
-
-
 def _get_json(url: str, what: str) -> dict[str, Any]:
     try:
         r = httpx.get(url, timeout=10)
@@ -213,6 +171,8 @@ def console(
         backend = LocalBackend(where)
         audit_path = audit or Path(where) / "console-audit.jsonl"
     else:
+        from elasticctr.cli._cluster import ClusterBackend
+
         backend = ClusterBackend(Target(platform, namespace, kubeconfig, context))
         audit_path = audit or Path("console-audit.jsonl")
     token = os.environ.get(C.ENV_CONSOLE_TOKEN)
