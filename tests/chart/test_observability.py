@@ -219,4 +219,4 @@ def test_the_monitors_make_a_prometheus_config_promtool_accepts(helm, promtool, 
     checked = run([promtool, "check", "config", str(tmp_path / "prometheus.yml")])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 1 rule files found" in checked.stdout + checked.stderr
-    assert "SUCCESS: 6 rules found" in checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in checked.stdout + checked.stderr
