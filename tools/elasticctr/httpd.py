@@ -642,9 +642,28 @@ class ThreadedServer(ThreadingHTTPServer):
         self._deadlines: dict[socket.socket, float] = {}
         self._fired: set[socket.socket] = set()
         self._stop = threading.Event()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, handler_class)
         self._watchdog = threading.Thread(target=self._watch, name="http-watchdog", daemon=True)
         self._watchdog.start()
+        self._serving: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """http://HOST:PORT the server listens on (IPv6 hosts bracketed)."""
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self, name: str = "http"):
+        """Serve in a daemon thread; returns the server."""
+        self._serving = threading.Thread(target=self.serve_forever, name=name, daemon=True)
+        self._serving.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
 
     def watch(self, sock: socket.socket, seconds: float | None) -> bool:
         """Set (or with None clear) the deadline of `sock`; False when it already fired:

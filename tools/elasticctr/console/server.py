@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -185,24 +184,14 @@ class ConsoleServer(ThreadedServer):
         self.users = users
         self.audit = audit
         self.traffic = Traffic()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=4 << 10))
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self.base_url
 
-    def start(self) -> ConsoleServer:
-        self._thread = threading.Thread(target=self.serve_forever, name="console", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+    def start(self, name: str = "console") -> ConsoleServer:
+        return super().start(name)
 
 
 def _static(name: str) -> bytes:

@@ -42,8 +42,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import threading
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -89,26 +87,14 @@ class TransferStatusServer(ThreadedServer):
         self.admin_token = admin_token or os.environ.get(C.ENV_CUBE_ADMIN_TOKEN) or None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TransferCollector(self))
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=1 << 10))
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self.base_url
 
-    def start(self) -> TransferStatusServer:
-        self._thread = threading.Thread(
-            target=self.serve_forever, name="transfer-status", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+    def start(self, name: str = "transfer-status") -> TransferStatusServer:
+        return super().start(name)
 
 
 class _Handler(HardenedHandler):
