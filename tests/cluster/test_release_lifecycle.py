@@ -674,7 +674,7 @@ def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
             for c in task["template"]["spec"]["containers"]:
                 assert c["image"] == "elasticctr/elasticctr-train:9.9.9-test"
         cube = client.AppsV1Api(api).read_namespaced_stateful_set(f"{RELEASE}-cube", NAMESPACE)
-        assert cube.spec.replicas == 3
+        assert cube.spec.replicas == 3 * 2  # 3 shards x the default 2 replicas each
         assert all(c.image.endswith(":9.9.9-test") for c in cube.spec.template.spec.containers)
         # Generated passwords survive the upgrade (the chart's lookup ran on the real server).
         for name, data in secrets.items():

@@ -208,7 +208,7 @@ def test_template_set_overrides_the_files(ectl_here):
     )
     assert proc.returncode == 0, proc.stderr
     cube = next(d for d in json.loads(proc.stdout) if d["kind"] == "StatefulSet")
-    assert cube["spec"]["replicas"] == 3
+    assert cube["spec"]["replicas"] == 3 * 2  # 3 shards x the default 2 replicas each
 
 
 # --- ectl's --set parser against helm's ------------------------------------------------------

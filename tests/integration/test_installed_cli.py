@@ -98,7 +98,7 @@ def test_pip_installed_ectl_renders_its_own_chart(wheel, version, tmp_path):
     kinds = {
         (d["kind"], d["metadata"]["labels"].get("app.kubernetes.io/component")): d for d in docs
     }
-    assert kinds["StatefulSet", "cube"]["spec"]["replicas"] == 3  # -f
+    assert kinds["StatefulSet", "cube"]["spec"]["replicas"] == 3 * 2  # -f: 3 shards x 2
     assert kinds["HorizontalPodAutoscaler", "serving"]["spec"]["minReplicas"] == 2  # --set
     bad = ectl("validate", "-f", "values.yaml", "--set", "cube.shards=x")
     assert bad.returncode == 2 and "cube.shards" in bad.stderr

@@ -399,6 +399,7 @@ def test_doctor_reports_missing_helm(dead_kubeconfig, tmp_path, ectl_here):
         ["port-forward", "serving"],
         ["model", "list", "-s", "coupon"],
         ["model", "rollback"],
+        ["console", "--platform", "plat"],
     ],
     ids=lambda a: "-".join(a),
 )

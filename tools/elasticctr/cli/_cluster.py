@@ -158,8 +158,6 @@ class ClusterBackend(_Backend):
     """A platform release on Kubernetes (the target's kubeconfig, or in-cluster)."""
 
     def __init__(self, target):
-        from elasticctr.cli.model import ProxiedTransfer
-
         self.target = target
         self.platform = target.release
         self.namespace = target.resolved_namespace()
