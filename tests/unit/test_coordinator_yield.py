@@ -78,3 +78,46 @@ def test_volcanos_reclaim_victims_count_too():
     assert yielding.victim_of(pod({"type": "Ready", "status": "True"})) is None
     assert yielding.victim_of(pod(dict(evicted("because of reclaim"), reason="Other"))) is None
     assert yielding.victim_of({"metadata": {"name": "x"}}) is None
+
+
+class _Job(yielding.Yielder):
+    """The Yielder's decisions over an in-memory trainer task (the API calls themselves
+    run against a real kube-apiserver in tests/cluster/test_release_lifecycle.py)."""
+
+    def __init__(self, replicas: int, least: int):
+        super().__init__(None, "job", hold_seconds=30, clock=lambda: 0.0)
+        self.replicas, self.least = replicas, least
+
+    def _trainer_task(self):
+        return 0, self.replicas, self.least
+
+    def _set_replicas(self, index, was, replicas):
+        assert was == self.replicas
+        self.replicas = replicas
+        return True
+
+
+def _victim(index: int) -> dict:
+    return {
+        "metadata": {"name": f"job-trainer-{index}", "uid": f"u{index}"},
+        "status": {"conditions": [VICTIM]},
+    }
+
+
+def test_a_yield_never_keeps_only_victims_indices():
+    # Four trainers, minimum one. Reclaim takes trainers 0 and 2, then 1: lowering to one
+    # would keep index 0 alone, a victim that Volcano recreates and that waits for room:
+    # the job would run no trainer. The third yield is refused; trainer 1's index stays.
+    job = _Job(replicas=4, least=1)
+    assert job.on_pod(_victim(0)) and job.replicas == 3
+    assert job.on_pod(_victim(2)) and job.replicas == 2
+    assert not job.on_pod(_victim(1)) and job.replicas == 2
+    assert job.yielded == 2
+    # a victim above every index kept is still given up
+    job = _Job(replicas=4, least=1)
+    assert job.on_pod(_victim(3)) and job.on_pod(_victim(2)) and job.replicas == 2
+
+
+def test_task_index_of_a_pod_name():
+    assert yielding.task_index("coupon-trainer-426988aa-trainer-3") == 3
+    assert yielding.task_index("job-trainer-x") is None and yielding.task_index(None) is None

@@ -15,8 +15,10 @@ changing its own worker count; so does the coordinator here:
   evicted, because of reclaim" (Volcano's preemption inside one queue is left alone:
   its preemptor is Volcano's own pod and binds first);
 - for each victim it lowers the Job's trainer `replicas` by one (never below the task's
-  `minAvailable`): Volcano's job controller then deletes the trainer pods above that
-  count instead of re-placing them, and the preemptor or the reclaiming queue's pods bind;
+  `minAvailable`, nor so far that the indices kept are all victims', which Volcano
+  recreates and which then wait for room): Volcano's job controller then deletes the
+  trainer pods above that count instead of re-placing them, and the preemptor or the
+  reclaiming queue's pods bind;
 - `hold_seconds` after the last victim it sets `replicas` back to what it was: trainers
   that find no room wait Pending (their class never preempts, and a queue above its
   guaranteed share reclaims nothing) and borrow again once the room is idle. If someone
@@ -89,6 +91,12 @@ def victim_of(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def task_index(pod_name: str | None) -> int | None:
+    """The task index of a Volcano Job pod (`<job>-<task>-<index>`), None if absent."""
+    tail = (pod_name or "").rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
 def read_max_trainers(path: str | None) -> int | None:
     """The release's trainer maximum from the scale file (the coordinator's /metrics reads
     the same file: server.trainer_bounds), if readable and not negative."""
@@ -114,6 +122,8 @@ class Yielder:
         self.max_trainers = max_trainers
         self.clock = clock
         self.seen: set[str] = set()
+        self.victim_indices: set[int] = set()
+        """Task indices of this hold's victims: Volcano recreates each at its index."""
         self.lowered: int | None = None
         """The replicas this coordinator set (None: it changed nothing)."""
         self.restore_to: int | None = None
@@ -181,6 +191,8 @@ class Yielder:
         self.seen.add(uid)
         with self._lock:
             self.last_victim = self.clock()
+            if (victim_index := task_index(meta.get("name"))) is not None:
+                self.victim_indices.add(victim_index)
             for _ in range(3):  # the Job may change between the read and the patch
                 index, replicas, least = self._trainer_task()
                 if replicas <= least:
@@ -188,6 +200,20 @@ class Yielder:
                         "yield: %s took %s; the job is at its minimum of %d trainers",
                         taker,
                         meta.get("name"),
+                        least,
+                    )
+                    return False
+                # Volcano keeps the pods of indices below the new count and recreates the
+                # victims among them: those wait for room. Never keep fewer than the
+                # minimum that are not victims (else the job may run no trainer at all).
+                kept = [i for i in range(replicas - 1) if i not in self.victim_indices]
+                if len(kept) < least:
+                    log.info(
+                        "yield: %s took %s; %d trainers would leave only victims' indices "
+                        "below the minimum of %d; kept",
+                        taker,
+                        meta.get("name"),
+                        replicas - 1,
                         least,
                     )
                     return False
@@ -215,6 +241,7 @@ class Yielder:
             target = self.restore_to
             index, replicas, _ = self._trainer_task()
             lowered, self.lowered, self.restore_to = self.lowered, None, None
+            self.victim_indices.clear()
             if replicas != lowered or target is None:
                 log.info("yield: trainer count changed to %d by someone else; kept", replicas)
                 return False
