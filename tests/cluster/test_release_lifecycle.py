@@ -704,7 +704,7 @@ def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
         tasks = {t["name"]: t["replicas"] for t in jobs[0]["spec"]["tasks"]}
         assert tasks == {"coordinator": 1, "pserver": 1, "trainer": 2}
         cube = client.AppsV1Api(api).read_namespaced_stateful_set(f"{RELEASE}-cube", NAMESPACE)
-        assert cube.spec.replicas == 2
+        assert cube.spec.replicas == 2 * 2  # the demo's 2 shards x 2 replicas again
         assert images(restored) == images(before)
         for doc in restored:
             obj = stored(api, doc)
