@@ -127,6 +127,9 @@ CUBE_REPLICA_SEPARATOR = "|"
 ENV_CUBE_TRANSFER_URL = "ELASTICCTR_CUBE_TRANSFER_URL"
 """cube-transfer's status server, for the coordinator's poke after each export (`ectl
 coordinator --transfer-url`): the hand-off does not wait for the transfer's poll."""
+CUBE_ADMIN_TOKEN_HEADER = "X-Elasticctr-Admin-Token"
+"""The cube admin token where Authorization cannot carry it: the API server's pod proxy
+strips Authorization (`ectl model` -> cube-transfer's /v1/pin, /v1/unpin)."""
 CUBE_PORT = 8500
 CUBE_TRANSFER_PORT = 8510
 """cube-transfer's status server (/healthz, /readyz, /v1/status; `--listen`). The chart's

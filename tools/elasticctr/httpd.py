@@ -650,7 +650,7 @@ class ThreadedServer(ThreadingHTTPServer):
         self._serving: threading.Thread | None = None
 
     @property
-    def base_url(self) -> str:
+    def url(self) -> str:
         """http://HOST:PORT the server listens on (IPv6 hosts bracketed)."""
         host, port = self.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

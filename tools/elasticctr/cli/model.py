@@ -81,7 +81,7 @@ WAIT_OPTION = typer.Option(
     help="Seconds to wait for every ready serving replica to answer with the version "
     "(0: do not wait).",
 )
-ADMIN_TOKEN_HEADER = "X-Elasticctr-Admin-Token"  # elasticctr.cube.transfer_server's
+ADMIN_TOKEN_HEADER = C.CUBE_ADMIN_TOKEN_HEADER
 PIN_TIMEOUT = 600  # a pin fetches, verifies and may build a whole version
 SERVING_VERSION_METRIC = "elasticctr_serving_version_info"
 

@@ -186,10 +186,6 @@ class ConsoleServer(ThreadedServer):
         self.traffic = Traffic()
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=4 << 10))
 
-    @property
-    def url(self) -> str:
-        return self.base_url
-
     def start(self, name: str = "console") -> ConsoleServer:
         return super().start(name)
 

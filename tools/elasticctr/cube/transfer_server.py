@@ -54,8 +54,7 @@ from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer, bearer_ok
 
 log = logging.getLogger("elasticctr.cube.transfer")
 
-ADMIN_TOKEN_HEADER = "X-Elasticctr-Admin-Token"
-"""The cube admin token where Authorization cannot carry it (through the API server)."""
+ADMIN_TOKEN_HEADER = C.CUBE_ADMIN_TOKEN_HEADER
 
 
 class Watched(Protocol):
@@ -88,10 +87,6 @@ class TransferStatusServer(ThreadedServer):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TransferCollector(self))
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=1 << 10))
-
-    @property
-    def url(self) -> str:
-        return self.base_url
 
     def start(self, name: str = "transfer-status") -> TransferStatusServer:
         return super().start(name)

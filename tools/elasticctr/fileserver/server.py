@@ -68,11 +68,6 @@ class FileServer(ThreadedServer):
             for name, n in increments.items():
                 self.counts[name] += n
 
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
-
 
 _RESERVED = ("/healthz", "/metrics")
 
