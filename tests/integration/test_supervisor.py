@@ -161,3 +161,31 @@ def test_components_die_with_a_sigkilled_supervisor(tmp_path):
         time.sleep(0.05)
     os.kill(child, signal.SIGKILL)
     raise AssertionError("the component outlived its SIGKILLed supervisor")
+
+
+def test_wait_ready_never_takes_another_programs_listener_for_the_component(tmp_path):
+    """A component that lost its port to another program must fail loudly: before, its
+    clients were let loose on the other program (CI: a local job's trainer leased tasks
+    from another test's coordinator and trained on its pserver)."""
+    import socket
+
+    port = free_port()
+    server = (
+        "import http.server;"
+        f"http.server.HTTPServer(('127.0.0.1',{port}),http.server.BaseHTTPRequestHandler)"
+        ".serve_forever()"
+    )
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        with Supervisor(tmp_path / "logs") as sup:
+            sup.start(Component("srv", [PY, "-c", server], ready_port=("127.0.0.1", port)))
+            with pytest.raises(EctlError, match=rf"before listening on 127.0.0.1:{port} "
+                               rf"\(held by pid {os.getpid()}\)"):  # fmt: skip
+                sup.wait_ready("srv", timeout=20)
+            assert "Address already in use" in sup.log_tail("srv")
+            # one that neither listens nor exits: the timeout names the holder too
+            sup.start(Component("idle", [PY, "-c", "import time; time.sleep(60)"],
+                                ready_port=("127.0.0.1", port)))  # fmt: skip
+            with pytest.raises(EctlError, match=f"another process holds it \\(pid {os.getpid()}"):
+                sup.wait_ready("idle", timeout=1.5)

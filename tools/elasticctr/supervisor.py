@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elasticctr.errors import EctlError
-from elasticctr.net import port_open
+from elasticctr.net import listening_pids, port_open
 
 
 class RestartPolicy(enum.StrEnum):
@@ -109,18 +109,27 @@ class Supervisor:
         if host is None:
             return
         deadline = time.monotonic() + timeout
+        foreign: set[int] = set()
         while time.monotonic() < deadline:
             if port_open(host, port):
-                return
+                owners = listening_pids(port)
+                # Another program's listener answers too: only this component's counts
+                # (its clients would otherwise talk to the other program).
+                if not owners or any(_in_session(pid, running.proc.pid) for pid in owners):
+                    return
+                foreign = owners
             if running.proc.poll() is not None:
+                held = f" (held by pid {', '.join(map(str, sorted(foreign)))})" if foreign else ""
                 raise EctlError(
                     f"{name} exited with code {running.proc.returncode} before listening on "
-                    f"{host}:{port}",
+                    f"{host}:{port}{held}",
                     hint=f"see {running.log_path}",
                 )
             time.sleep(0.1)
+        held = f"; another process holds it (pid {', '.join(map(str, sorted(foreign)))})"
         raise EctlError(
-            f"{name} did not listen on {host}:{port} within {timeout:.0f}s",
+            f"{name} did not listen on {host}:{port} within {timeout:.0f}s"
+            + (held if foreign else ""),
             hint=f"see {running.log_path}",
         )
 
@@ -246,6 +255,14 @@ _DEATHSIG = (
     "    sys.exit(0)  # the supervisor died before prctl took effect\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
+
+
+def _in_session(pid: int, session: int) -> bool:
+    """Whether `pid` runs in session `session` (each component leads its own)."""
+    try:
+        return os.getsid(pid) == session
+    except OSError:
+        return False
 
 
 def _with_parent_death_signal(argv: list[str]) -> list[str]:
