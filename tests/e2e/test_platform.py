@@ -213,6 +213,22 @@ def running_roles(kube_cluster, name: str) -> dict[str, int]:
     return roles
 
 
+def yield_log(kube_cluster, names) -> str:
+    """The `yield:` lines of scenario coordinators' logs (elasticctr.coordinator.yielding)
+    with the trainer pods each job has now: what lowered and restored whose trainers."""
+    core = releases.core_api(kube_cluster)
+    out = []
+    for pod in core.list_namespaced_pod(NS, label_selector="volcano.sh/task-spec").items:
+        name, phase = pod.metadata.name, pod.status.phase
+        if any(name.startswith(f"{n}-") for n in names) and "-trainer-" in name:
+            out.append(f"{name}: {phase}{' (deleting)' if pod.metadata.deletion_timestamp else ''}")
+        if any(name.startswith(f"{n}-") for n in names) and "-coordinator-" in name:
+            with contextlib.suppress(Exception):  # not started yet: nothing to show
+                text = core.read_namespaced_pod_log(name, NS, container="coordinator")
+                out += [f"{name}: {line}" for line in text.splitlines() if "yield:" in line]
+    return "\n".join(sorted(out))
+
+
 def evictions(kube_cluster, since: datetime | None = None) -> list[tuple[str, str]]:
     """(pod, message) of every eviction Volcano's evictor recorded on a pod in NS (last
     seen at or after `since`, when given)."""
@@ -368,9 +384,12 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
             left = {n: running_roles(kube_cluster, n).get("trainer", 0) for n in GROWTH}
             return left if all(n >= 1 for n in left.values()) else None
 
-        growth_left = wait_until(
-            "growth back at its minimum", growth_at_minimum, 120, kube_cluster, NS
-        )
+        try:
+            growth_left = wait_until(
+                "growth back at its minimum", growth_at_minimum, 120, kube_cluster, NS
+            )
+        finally:
+            print(f"\ngrowth's coordinators and trainers:\n{yield_log(kube_cluster, GROWTH)}")
         print(
             f"\ngrowth burst: {burst} trainers, {burst_requested}m CPU requested; content's "
             f"pods placed {placed_s:.1f} s after its first add; {len(evicted)} evictions "

@@ -204,11 +204,15 @@ def test_doctor_finds_what_volcanos_own_scheduler_configuration_lacks_for_preemp
         "action preempt",
         "action reclaim",
         "gang enablePreemptable (it is false)",
+        "priority enablePreemptable: false (a scenario below its minimum waits)",
     ]
     fixed = shipped.replace(
         '"enqueue, allocate, backfill"', '"enqueue, allocate, preempt, reclaim, backfill"'
     )
     fixed = fixed.replace("  - name: gang\n    enablePreemptable: false\n", "  - name: gang\n")
+    fixed = fixed.replace(
+        "  - name: priority\n", "  - name: priority\n    enablePreemptable: false\n"
+    )
     assert scheduler_conf_gaps(fixed) == []
     assert scheduler_conf_gaps("actions: allocate\ntiers: []\n") == [
         "action preempt",

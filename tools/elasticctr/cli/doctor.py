@@ -318,6 +318,11 @@ def scheduler_conf_gaps(text: str) -> list[str]:
     for flag in ("enablePreemptable", "enableReclaimable"):
         if plugins.get("gang", {}).get(flag) is False:
             gaps.append(f"gang {flag} (it is false)")
+    # With priority's preemptable on, preemption between two jobs of a queue needs a
+    # higher job priority: a scenario whose trainers fell below its minimum waits while a
+    # sibling scenario (same class) keeps borrowed trainers in the room it needs.
+    if "priority" in plugins and plugins["priority"].get("enablePreemptable") is not False:
+        gaps.append("priority enablePreemptable: false (a scenario below its minimum waits)")
     return gaps
 
 
@@ -334,7 +339,8 @@ def _volcano_preemption(api) -> Check:
         return Check(name, "warn", common.kube_error(exc, "list configmaps").message, _RBAC_FIX)
     enable = (
         f'set `actions: "enqueue, allocate, preempt, reclaim, backfill"`, the plugins '
-        f"{', '.join(PREEMPTION_PLUGINS)}, and no `enablePreemptable: false` on gang in the "
+        f"{', '.join(PREEMPTION_PLUGINS)}, `enablePreemptable: false` on priority and not on gang "
+        "in the "
         "scheduler configuration (docs/chart.md, Scheduling on a shared cluster), then "
         "restart volcano-scheduler"
     )
