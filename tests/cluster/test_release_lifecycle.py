@@ -357,10 +357,12 @@ def test_coordinator_yields_trainers_to_kube_scheduler(cluster, second):
             assert time.monotonic() < deadline, f"{what}: trainers {replicas()}"
             time.sleep(0.2)
 
-    victims = iter(range(100))
+    # Task indices above the Job's replicas: the coordinator never lowers the count so far
+    # that only victims' indices stay (tests/unit/test_coordinator_yield.py covers that).
+    victims = iter(range(100, 200))
 
     def preempt(by: str = "kube-scheduler") -> str:
-        pod = f"{name}-trainer-victim-{next(victims)}"
+        pod = f"{name}-trainer-{next(victims)}"
         core.create_namespaced_pod(SECOND_NS, _trainer_pod(name, pod))
         condition = {
             "type": "DisruptionTarget",

@@ -1046,7 +1046,15 @@ def test_pserver_deletions_restart_the_job_from_its_checkpoint_and_never_exhaust
     # The hour in flight is trained again and published, every sample of every hour once.
     wait_until(f"{LAST} exported", lambda: LAST in exported(kube_cluster), 600, kube_cluster, NS)
     release["pserver_published_s"] = round(time.monotonic() - t0, 1)
-    progress = status(kube_cluster)["coordinator"]
+    # The job completes once LAST is exported: between its coordinator's exit and the
+    # stored progress being read, `ectl status` says "unavailable" for a moment.
+    progress = wait_until(
+        "the coordinator's progress with LAST exported",
+        lambda: (p := status(kube_cluster)["coordinator"]).get("samples") is not None
+        and LAST in {q["partition"] for q in p["partitions"] if q["exported"]}
+        and p,
+        120, kube_cluster, NS,
+    )  # fmt: skip
     expected = trained_samples(kube_cluster, tmp_path, UPLOADS)
     assert progress["samples"] == expected, (progress, expected)
 
