@@ -113,12 +113,14 @@ def generate(data: Path, args) -> None:
 
 
 class LogWatch:
-    """Lines of the role logs in a folder (`trainer-*.log`), read as they grow."""
+    """Checks for run_tree's marks: has a line of the role logs in a folder
+    (`trainer-*.log`, read as they grow) held a string yet?"""
 
     def __init__(self, folder: Path, pattern: str = "trainer-*.log"):
         self.folder, self.pattern = folder, pattern
-        self.text: dict[Path, str] = {}
         self.offsets: dict[Path, int] = {}
+        self.needles: set[str] = set()
+        self.found: set[str] = set()
 
     def _pump(self) -> None:
         for path in self.folder.glob(self.pattern):
@@ -130,14 +132,15 @@ class LogWatch:
                 continue
             cut = data.rfind(b"\n") + 1  # whole lines only
             self.offsets[path] = self.offsets.get(path, 0) + cut
-            self.text[path] = self.text.get(path, "") + data[:cut].decode(errors="replace")
+            text = data[:cut].decode(errors="replace")
+            self.found |= {n for n in self.needles - self.found if n in text}
 
     def has(self, needle: str):
-        """A check for run_tree's marks: True once a line holds `needle`."""
+        self.needles.add(needle)
 
         def check() -> bool:
             self._pump()
-            return any(needle in text for text in self.text.values())
+            return needle in self.found
 
         return check
 
