@@ -1,41 +1,54 @@
-"""Training throughput vs DeepCTR-Torch, same data, same features, same held-out rule.
+"""Training throughput vs DeepCTR-Torch, same data, same features, same held-out rule,
+equal threads, from exact CPU of every process on both sides.
 
-One run:
-1. `ectl data generate` writes H hourly partitions (default 26 slots, 2 hours) from a
-   known logistic model; generator.json holds its oracle AUC.
-2. ElasticCTR's default `dnn` trains one pass with `ectl train --local -p 1 -t 1`; its
-   rate (`samples_per_sec_per_trainer`) and held-out AUC (scored from the exported
-   version's files) come from each version's manifest.
-3. The same files are read with ElasticCTR's parser (files sorted, batches of --batch
-   lines per file) and split by the trainers' held-out rule: a sample is held out when
-   the hash of its features says so (elastic.heldout_mask, 1 in 10). Feasigns become
-   indices per slot (1..V, 0 is padding).
-4. DeepCTR-Torch's DNN trains one epoch per hour on the same training samples in the same
-   order, in one process with torch threads = 1 (one trainer's share of the machine):
-   `WDL` with no wide features (its linear part is then zero) and one `VarLenSparseFeat`
-   per slot (sum pooling, embedding dim 9) → DNN 400-400-400 ReLU → 1, Adam with
-   ElasticCTR's rates (dense 0.001, embeddings 0.05), no L2, batch --batch, no shuffle.
-   It runs in the separate venv .bench-venv/ (created from
-   bench/train/requirements-deepctr.txt; torch never enters .venv).
-5. A table: samples/s per trainer of both and their ratio, both held-out AUCs on the
-   last hour's held-out batches, the oracle AUC of generator.json (whole last hour) and of
-   the true model on exactly those held-out samples.
+Data: `ectl data generate` writes H hourly partitions (default 26 slots, 2 hours) from a
+known logistic model once (generator.json holds its oracle AUC); every round reuses them.
 
-Rates: ElasticCTR's is trained samples / time of the training pass (file reading and
-parsing included, table dump and export not); DeepCTR-Torch's is trained samples / time
-of `fit()` on arrays already in memory (parsing and index mapping excluded, printed
-separately). On a shared machine both also get "samples per CPU-second": the rate divided
-by the cores used while training (median per-second CPU of ElasticCTR's trainer plus its
-pserver; CPU time of DeepCTR-Torch's `fit()`), which other load disturbs less.
+Each round runs, in this order (rounds interleaved: ectl, peer, ectl-2, ectl, peer, ...;
+`--rounds`, default 3):
+1. ElasticCTR: its default `dnn` trains one pass with `ectl train --local -p 1 -t 1`
+   (coordinator, pserver, one elastic trainer with trainer.threads Hogwild threads and
+   its reader processes); held-out AUC scored from each exported version's files (the
+   manifests).
+2. DeepCTR-Torch (the peer), in two measured processes: the parse (the same files read
+   with ElasticCTR's Python parser, files sorted, batches of --batch lines, split by the
+   trainers' held-out rule elastic.heldout_mask, feasigns mapped to indices per slot,
+   1..V, 0 = padding; written to an .npz), then the trainer in the separate venv
+   .bench-venv/ (created from bench/train/requirements-deepctr.txt; torch never enters
+   .venv): torch import, `WDL` with no wide features (its linear part is then zero) and
+   one `VarLenSparseFeat` per slot (sum pooling, embedding dim 9) -> DNN 400-400-400 ReLU
+   -> 1, Adam with ElasticCTR's rates (dense 0.001, embeddings 0.05), no L2, batch
+   --batch, no shuffle, one epoch per hour on the same training samples in the same
+   order, then its held-out AUC per hour. Torch threads = ElasticCTR's trainer.threads
+   (`--threads` overrides; interop threads 1).
+3. ElasticCTR with 2 trainers (`-t 2`; skip: --no-scale): the job's throughput measured.
 
-With trainer.threads > 0 (default 2, the chart's) ElasticCTR trains with the native
-pipeline (elasticctr.train.native), else with the Python reader; both hold out the
-samples of the feature-hash rule, so DeepCTR-Torch gets exactly that split. A second
-ElasticCTR run with 2 trainers gives the 1 -> 2 trainer throughput ratio and the
-pserver's cores (skip: --no-scale).
-The trainer's CPU includes its reader processes (the pipe commands).
+What is measured (bench/train/treecpu.py): each command runs under a reaper process that
+is the child subreaper of its tree, so the CPU (user + system) of the whole tree, every
+descendant included even after its parent exited, is exact (the kernel's accounting):
+- ElasticCTR: the `ectl train --local` launcher and all its descendants (coordinator,
+  pservers, trainers, reader processes, export keep-alives);
+- DeepCTR-Torch: the parse process plus the trainer process (torch import, loading the
+  arrays, fit, predict).
+Two windows:
+- end-to-end: launch -> exit (ElasticCTR: start-up, training, flushes, lease
+  round-trips, per-hour exports with evaluation and checkpoints, shut-down; the peer:
+  parse + torch import + fit + predict), wall and CPU;
+- training: ElasticCTR from the first lease (trainer log `leased task`) to the last
+  hour's published version (its `held-out auc` log line), so every flush, lease
+  round-trip and the exports in between are in it; the tree's CPU is read from /proc at
+  both marks (polled every 0.05 s). The peer: wall and `process_time()` around `fit()`,
+  summed over the hours (its predict is not in it).
+Rates: trained samples (coordinator state; the peer's training arrays) / wall seconds of
+the window; samples per CPU-second: samples / CPU seconds of the tree in the window. The
+2-trainer job: its samples / its wall, its tree's CPU; ratio to the 1-trainer job of the
+same round. Every figure is the median over the rounds with its min-max; ratios are the
+medians of the per-round ratios. The 1-minute load average is printed at the start and
+end of every run.
 
-  .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000
+The last lines are `ratio: <what> = N.NNx`.
+
+  .venv/bin/python bench/train/deepctr_torch.py --hours 2 --lines 250000 --rounds 3
   make bench-deepctr ARGS="--lines 100000"
 
 `--ectl-only` trains ElasticCTR alone (no .bench-venv: for variants compared with an
@@ -49,14 +62,16 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from treecpu import run_tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -88,72 +103,6 @@ def bench_python(venv: Path) -> Path:
 # --- ElasticCTR side (project .venv) -------------------------------------------------------
 
 
-class CpuWatch:
-    """Cores the trainer and pserver processes use while the trainer trains.
-
-    Polls every second; a second counts as training when the trainer used more than
-    BUSY cores in it (start-up waits and table dumps do not). Reported: the median cores
-    of the trainer and of the pserver over those seconds.
-    """
-
-    BUSY = 0.2
-
-    def __init__(self, marker: str):
-        self.marker = marker
-        self.samples: list[tuple[float, float]] = []  # (trainer, pserver) cores per second
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _cpu(self) -> dict[str, float]:
-        import psutil
-
-        found = {"trainer": 0.0, "pserver": 0.0}
-        for proc in psutil.process_iter(["cmdline"]):
-            cmd = proc.info["cmdline"] or []
-            if self.marker not in cmd:
-                continue
-            role = next((r for r in found if r in cmd), None)
-            if role is None:
-                continue
-            try:
-                times = proc.cpu_times()
-                # the native pipeline's reader processes: live ones, and reaped ones
-                # (children_user/children_system) so none is missed between two polls
-                live = sum(sum(c.cpu_times()[:2]) for c in proc.children(recursive=True))
-            except psutil.Error:
-                continue
-            found[role] += (
-                times.user + times.system + times.children_user + times.children_system + live
-            )
-        return found
-
-    def _run(self) -> None:
-        last, t_last = self._cpu(), time.monotonic()
-        while not self._stop.wait(1.0):
-            now, t_now = self._cpu(), time.monotonic()
-            dt = max(t_now - t_last, 1e-6)
-            trainer = (now["trainer"] - last["trainer"]) / dt
-            pserver = (now["pserver"] - last["pserver"]) / dt
-            if trainer > self.BUSY:
-                self.samples.append((trainer, pserver))
-            last, t_last = now, t_now
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def cores(self) -> tuple[float, float]:
-        if not self.samples:
-            return float("nan"), float("nan")
-        arr = np.array(self.samples)
-        return float(np.median(arr[:, 0])), float(np.median(arr[:, 1]))
-
-
 def generate(data: Path, args) -> None:
     if (data / "generator.json").exists():
         return
@@ -163,13 +112,50 @@ def generate(data: Path, args) -> None:
     subprocess.run([*cmd, "--workers", "2"], check=True)
 
 
+class LogWatch:
+    """Checks for run_tree's marks: has a line of the role logs in a folder
+    (`trainer-*.log`, read as they grow) held a string yet?"""
+
+    def __init__(self, folder: Path, pattern: str = "trainer-*.log"):
+        self.folder, self.pattern = folder, pattern
+        self.offsets: dict[Path, int] = {}
+        self.needles: set[str] = set()
+        self.found: set[str] = set()
+
+    def _pump(self) -> None:
+        for path in self.folder.glob(self.pattern):
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets.get(path, 0))
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            cut = data.rfind(b"\n") + 1  # whole lines only
+            self.offsets[path] = self.offsets.get(path, 0) + cut
+            text = data[:cut].decode(errors="replace")
+            self.found |= {n for n in self.needles - self.found if n in text}
+
+    def has(self, needle: str):
+        self.needles.add(needle)
+
+        def check() -> bool:
+            self._pump()
+            return needle in self.found
+
+        return check
+
+
 def train_elasticctr(
-    work: Path, data: Path, slots: list[int], parts, args, trainers: int = 1
+    run_dir: Path, data: Path, slots: list[int], parts, args, trainers: int
 ) -> dict:
+    """One `ectl train --local -p 1 -t T` job, its whole process tree measured."""
     import yaml
 
-    work = work / f"ectl-t{trainers}"
-    work.mkdir(parents=True, exist_ok=True)
+    from elasticctr.coordinator.core import progress_from_state
+
+    work = run_dir / f"ectl-t{trainers}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     values = {
         "global": {
             "data": {
@@ -188,24 +174,67 @@ def train_elasticctr(
     values_path = work / "values.yaml"
     values_path.write_text(yaml.safe_dump(values))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    logs = work / "logs"
     cmd = [sys.executable, "-m", "elasticctr.cli.main", "train", "--local", "-p", "1"]
-    cmd += ["-t", str(trainers), "-f", str(values_path), "--log-dir", str(work / "logs"), "-q"]
+    cmd += ["-t", str(trainers), "-f", str(values_path), "--log-dir", str(logs), "-q"]
     cmd += ["--checkpoint-dir", str(work / "checkpoint")]
-    t0 = time.monotonic()
-    with CpuWatch(str(values_path)) as watch:
-        subprocess.run(cmd, check=True, env=env)
-    wall = time.monotonic() - t0
+    watch = LogWatch(logs)
+    marks = {
+        "first_lease": watch.has("leased task"),
+        "last_export": watch.has(f"{parts[-1].id}: held-out auc"),
+    }
+    with open(work / "ectl.out", "wb") as out:
+        run = run_tree(
+            cmd, marks=marks, label=_role, env=env, stdout=out, stderr=subprocess.STDOUT,
+            check=False,
+        )  # fmt: skip
+    if run.returncode != 0:
+        tail = (work / "ectl.out").read_text(errors="replace").splitlines()[-20:]
+        raise SystemExit(f"ectl train failed (exit {run.returncode}):\n" + "\n".join(tail))
+    missing = [m for m in marks if m not in run.marks]
+    if missing:
+        raise SystemExit(f"ElasticCTR: no {' / '.join(missing)} line in {logs}/trainer-*.log")
     hours = []
     for part in parts:
         manifest = json.loads((work / "store" / "versions" / part.id / "manifest.json").read_text())
         hours.append({"version": part.id, **manifest["metrics"]})
-    trainer_cores, pserver_cores = watch.cores
-    return {
+    samples = progress_from_state((logs / "coordinator.json").read_text())["samples"]
+    window = run.window("first_lease", "last_export")
+    result = {
+        "side": f"ectl-{trainers}",
+        "samples": int(samples),
+        "e2e": (run.wall, run.cpu),
+        "train": window,
+        "load": run.load,
         "hours": hours,
-        "wall_seconds": wall,
-        "cores": trainer_cores,
-        "pserver_cores": pserver_cores,
+        # CPU-s in the training window per process (with its children): the launcher is
+        # `ectl train --local` itself plus what it reaped (roles that exited)
+        "roles": {} if run.late else run.window_by("first_lease", "last_export"),
+        "note": ", ".join(
+            [f"marks seen after exit: {run.late}"] * bool(run.late)
+            + [f"{run.killed} leftover process(es) killed"] * bool(run.killed)
+        ),
     }
+    _check_measured(result)
+    return result
+
+
+ROLES = ("trainer", "pserver", "coordinator")
+
+
+def _role(argv: list[str]) -> str | None:
+    """A job process's role from its command line (`ectl train trainer ...`)."""
+    return next((role for role in ROLES if role in argv), None)
+
+
+def _check_measured(res: dict) -> None:
+    for what in ("e2e", "train"):
+        wall, cpu = res[what]
+        if not (wall > 0 and cpu > 0):
+            raise SystemExit(
+                f"{res['side']}: no CPU measured in the {what} window (wall {wall:.2f}s, "
+                f"CPU {cpu:.2f}s): is /proc readable and prctl(PR_SET_CHILD_SUBREAPER) allowed?"
+            )
 
 
 def _model_overrides(pairs: list[str]) -> dict:
@@ -289,6 +318,29 @@ def prepare_arrays(parts, slots: list[int], batch_size: int, out: Path) -> dict:
         "prepare_seconds": time.monotonic() - t0,
         "held_last": per_hour[-1][2],
     }
+
+
+def prepare_main(args) -> None:
+    """--prepare OUT: the peer's input, parsed from --data's files (a measured process)."""
+    from elasticctr.data.partitions import list_partitions
+
+    data = args.data.resolve()
+    slots = [int(x) for x in (data / "slot.conf").read_text().split()]
+    prep = prepare_arrays(list_partitions(f"file://{data}"), slots, args.batch, Path(args.prepare))
+    print(f"deepctr-torch input: {json.dumps(prep['layout']['vocab'])} ids per slot", flush=True)
+
+
+def heldout_last(part, slots: list[int], batch_size: int) -> list:
+    """The held-out batches of one hour, as prepare_arrays splits them (for the oracle)."""
+    from elasticctr.data.parser import iter_batches
+    from elasticctr.data.partitions import data_files
+    from elasticctr.train.elastic import heldout_mask, take
+
+    held = []
+    for url in data_files(part):
+        for batch in iter_batches(url, slots, batch_size):
+            held.append(take(batch, heldout_mask(batch)))
+    return [b for b in held if len(b)]
 
 
 def oracle_on(held, gen: dict, slots: list[int]) -> float:
@@ -376,6 +428,7 @@ def worker(args) -> None:
                 "samples": int(y.size),
                 "fit_seconds": secs,
                 "samples_per_sec": y.size / secs,
+                "fit_cpu_seconds": cpu,
                 "cores": cpu / secs,
                 "auc": float(roc_auc_score(yh, prob)),
                 "logloss": float(log_loss(yh, np.clip(prob, 1e-7, 1 - 1e-7))),
@@ -387,6 +440,7 @@ def worker(args) -> None:
         "hours": hours,
         "versions": {"torch": torch.__version__, "deepctr_torch": deepctr_torch.__version__},
         "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
@@ -394,49 +448,294 @@ def worker(args) -> None:
 # --- driver ---------------------------------------------------------------------------------
 
 
-def _samples(hour: dict) -> int:
-    """Samples trained in an hour: DeepCTR-Torch's `samples`; an
-    elastic job's manifest has the chief's share (`samples_chief`: all with 1 trainer)."""
-    return hour["samples"] if "samples" in hour else hour["samples_chief"]
+def train_peer(run_dir: Path, data: Path, py: Path, args, threads: int) -> dict:
+    """DeepCTR-Torch: the parse process, then the trainer process, both measured."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    arrays, out = run_dir / "arrays.npz", run_dir / "deepctr.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--prepare", str(arrays)]
+    cmd += ["--data", str(data), "--batch", str(args.batch)]
+    prep = run_tree(cmd, stdout=subprocess.DEVNULL)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = [str(py), str(Path(__file__).resolve()), "--worker", str(arrays)]
+    cmd += ["--out", str(out), "--threads", str(threads)]
+    cmd += ["--batch", str(args.batch), "--seed", str(args.seed)]
+    cmd += ["--dense-lr", str(args.dense_lr), "--embedding-lr", str(args.embedding_lr)]
+    with open(run_dir / "deepctr.out", "wb") as log:
+        fit = run_tree(cmd, env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    arrays.unlink()
+    res = json.loads(out.read_text())
+    hours = res["hours"]
+    result = {
+        "side": "peer",
+        "samples": sum(h["samples"] for h in hours),
+        "e2e": (prep.wall + fit.wall, prep.cpu + fit.cpu),
+        "train": (sum(h["fit_seconds"] for h in hours), sum(h["fit_cpu_seconds"] for h in hours)),
+        "parse": (prep.wall, prep.cpu),
+        "load": (prep.load[0], fit.load[1]),
+        "hours": hours,
+        "threads": res["threads"],
+        "interop_threads": res["interop_threads"],
+        "versions": res["versions"],
+        "note": f"parse {prep.wall:.1f}s wall, {prep.cpu:.1f} CPU-s",
+    }
+    _check_measured(result)
+    return result
 
 
-def _rate(hours: list[dict], rate_key: str) -> float:
-    """Samples/s over all hours: total samples / total time."""
-    samples = sum(_samples(h) for h in hours)
-    return samples / sum(_samples(h) / h[rate_key] for h in hours)
+def _rates(res: dict) -> dict[str, float]:
+    """samples/s and samples per CPU-second of both windows."""
+    out = {}
+    for what in ("e2e", "train"):
+        wall, cpu = res[what]
+        out[f"rate_{what}"] = res["samples"] / wall
+        out[f"per_cpu_{what}"] = res["samples"] / cpu
+    return out
 
 
-def _scale_rows(one: dict, two: dict | None, rate_one: float) -> list[tuple]:
-    """1 -> 2 trainers: throughput ratio, pserver cores, trainers one pserver can feed."""
-    if two is None:
-        return []
-    rate_two = _rate(two["hours"], "samples_per_sec_per_trainer")
-    job_one, job_two = rate_one, 2 * rate_two
-    # CPU-seconds per sample of the pserver vs of one trainer (1-trainer run): one pserver
-    # core serves as many trainers as its per-sample cost fits into a trainer's.
-    per_trainer = one["cores"] / rate_one
-    per_pserver = one["pserver_cores"] / rate_one
-    feeds = per_trainer / per_pserver if per_pserver > 0 else float("inf")
-    return [
+def _spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    """Median (min-max) of the rounds; the value alone for one round."""
+    med = statistics.median(values)
+    if len(values) < 2:
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def _line(rnd: int, res: dict) -> str:
+    r = _rates(res)
+    (ew, ec), (tw, tc) = res["e2e"], res["train"]
+    note = f"; {res['note']}" if res.get("note") else ""
+    if res.get("roles"):
+        roles = ", ".join(f"{_role_name(k)} {v:.1f}" for k, v in res["roles"].items())
+        note += f"; training-window CPU-s: {roles}"
+    return (
+        f"round {rnd} {res['side']}: {res['samples']:,} samples; end-to-end {ew:.1f}s wall "
+        f"{ec:.1f} CPU-s ({r['rate_e2e']:,.0f}/s, {r['per_cpu_e2e']:,.0f}/CPU-s); training "
+        f"window {tw:.1f}s {tc:.1f} CPU-s ({r['rate_train']:,.0f}/s, "
+        f"{r['per_cpu_train']:,.0f}/CPU-s); load average {res['load'][0]:.2f} -> "
+        f"{res['load'][1]:.2f}{note}"
+    )
+
+
+def _role_name(key: str) -> str:
+    return "launcher" if key == "rest" else key
+
+
+def _roles_row(runs: list[dict]) -> str:
+    keys = [*ROLES, "rest"]
+    if not all(r.get("roles") for r in runs):
+        return "n/a"
+    return " / ".join(
+        f"{_role_name(k)} {statistics.median(r['roles'].get(k, 0.0) for r in runs):.1f}"
+        for k in keys
+    )
+
+
+def _print_table(head: tuple, rows: list[tuple]) -> None:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+def _window_rows(label: str, runs: list[dict], peers: list[dict] | None) -> list[tuple]:
+    """Rate rows of both windows: ElasticCTR runs vs peer runs (same rounds)."""
+    names = {
+        "rate": "samples/s",
+        "per_cpu": "samples per CPU-second",
+    }
+    what_names = {"train": "training window", "e2e": "end-to-end"}
+    rows = []
+    for what in ("train", "e2e"):
+        for key in ("rate", "per_cpu"):
+            mine = [_rates(r)[f"{key}_{what}"] for r in runs]
+            theirs = [_rates(p)[f"{key}_{what}"] for p in peers] if peers else []
+            ratio = [m / t for m, t in zip(mine, theirs, strict=False)]
+            rows.append(
+                (
+                    f"{label}{names[key]}, {what_names[what]}",
+                    _spread(mine),
+                    _spread(theirs) if theirs else "",
+                    _spread(ratio, "{:.2f}x") if ratio else "",
+                )
+            )
+    return rows
+
+
+def _report(args, parts, slots, gen, oracle_held, ectl, peer, scale, threads) -> None:
+    e_threads = args.ectl_threads
+    print()
+    versions = peer[0]["versions"] if peer else {}
+    print(
+        f"{len(parts)} hours x {args.lines:,} lines, {len(slots)} slots, batch {args.batch}, "
+        f"one pass, {len(ectl)} round(s)"
+        + (
+            f"; torch {versions['torch']}, deepctr-torch {versions['deepctr_torch']}"
+            if versions
+            else ""
+        )
+    )
+    peer_threads = f"{peer[0]['threads']} (interop {peer[0]['interop_threads']})" if peer else "-"
+    print(
+        f"threads: ElasticCTR trainer.threads {e_threads} "
+        f"({'native pipeline' if e_threads > 0 else 'Python reader'}); DeepCTR-Torch torch "
+        f"threads {peer_threads}"
+    )
+    print(
+        "CPU: exact, whole process trees (ElasticCTR: launcher, coordinator, pserver, "
+        "trainer(s), readers; DeepCTR-Torch: parse + trainer process); median (min-max)"
+    )
+    head = ("", "ElasticCTR 1 pserver + 1 trainer", "DeepCTR-Torch", "ratio/diff")
+    rows = _window_rows("", ectl, peer)
+    rows.append(
         (
-            "2 trainers: job samples/s (ratio to 1 trainer)",
-            f"{job_two:,.0f} ({job_two / job_one:.2f}x)",
+            "CPU seconds: training window / end-to-end",
+            f"{_spread([r['train'][1] for r in ectl], '{:.1f}')} / "
+            f"{_spread([r['e2e'][1] for r in ectl], '{:.1f}')}",
+            f"{_spread([r['train'][1] for r in peer], '{:.1f}')} / "
+            f"{_spread([r['e2e'][1] for r in peer], '{:.1f}')}"
+            if peer
+            else "",
             "",
-            "",
-        ),
+        )
+    )
+    rows.append(
         (
-            "pserver cores, 1 -> 2 trainers",
-            f"{one['pserver_cores']:.2f} -> {two['pserver_cores']:.2f}",
+            "wall seconds: training window / end-to-end",
+            f"{_spread([r['train'][0] for r in ectl], '{:.1f}')} / "
+            f"{_spread([r['e2e'][0] for r in ectl], '{:.1f}')}",
+            f"{_spread([r['train'][0] for r in peer], '{:.1f}')} / "
+            f"{_spread([r['e2e'][0] for r in peer], '{:.1f}')}"
+            if peer
+            else "",
             "",
-            "",
-        ),
+        )
+    )
+    rows.append(("  training window CPU-s by process (median)", _roles_row(ectl), "", ""))
+    if peer:
+        rows.append(
+            (
+                "  of which the peer's parse (CPU-s)",
+                "",
+                _spread([p["parse"][1] for p in peer], "{:.1f}"),
+                "",
+            )
+        )
+    rows.append(
         (
-            "trainers one pserver core can feed (CPU per sample, on paper)",
-            f"{feeds:.1f} (trainer {per_trainer * 1e6:.0f} us, pserver {per_pserver * 1e6:.0f} us)",
+            "trained samples",
+            f"{ectl[0]['samples']:,}",
+            f"{peer[0]['samples']:,}" if peer else "",
             "",
+        )
+    )
+    e_auc = [r["hours"][-1]["auc"] for r in ectl]
+    e_loss = [r["hours"][-1]["logloss"] for r in ectl]
+    e_last = ectl[0]["hours"][-1]
+    if peer:
+        d_auc = [p["hours"][-1]["auc"] for p in peer]
+        d_last = peer[0]["hours"][-1]
+        if e_last["eval_samples"] != d_last["eval_samples"]:
+            print(
+                f"WARNING: held-out sizes differ: {e_last['eval_samples']} vs "
+                f"{d_last['eval_samples']}"
+            )
+    rows.append(
+        (
+            f"held-out AUC, last hour ({e_last['eval_samples']:,} samples)",
+            _spread(e_auc, "{:.4f}"),
+            _spread(d_auc, "{:.4f}") if peer else "",
+            f"{statistics.median(e_auc) - statistics.median(d_auc):+.4f}" if peer else "",
+        )
+    )
+    rows.append(
+        (
+            "held-out logloss",
+            _spread(e_loss, "{:.4f}"),
+            _spread([p["hours"][-1]["logloss"] for p in peer], "{:.4f}") if peer else "",
             "",
-        ),
-    ]
+        )
+    )
+    rows.append(
+        (
+            "  AUC per hour (median)",
+            " / ".join(
+                f"{statistics.median(r['hours'][h]['auc'] for r in ectl):.4f}"
+                for h in range(len(parts))
+            ),
+            " / ".join(
+                f"{statistics.median(p['hours'][h]['auc'] for p in peer):.4f}"
+                for h in range(len(parts))
+            )
+            if peer
+            else "",
+            "",
+        )
+    )
+    if gen is not None:
+        rows.append(("oracle AUC, generator.json (whole last hour)", f"{gen:.4f}", "", ""))
+    if oracle_held is not None:
+        rows.append(("oracle AUC, same held-out samples", f"{oracle_held:.4f}", "", ""))
+    _print_table(head, rows)
+    if scale:
+        print()
+        head2 = ("", "ElasticCTR 1 pserver + 2 trainers", "vs 1 trainer", "ratio")
+        rows2 = []
+        for what, name in (("train", "training window"), ("e2e", "end-to-end")):
+            for key, label in (("rate", "job samples/s"), ("per_cpu", "samples per CPU-second")):
+                two = [_rates(r)[f"{key}_{what}"] for r in scale]
+                one = [_rates(r)[f"{key}_{what}"] for r in ectl]
+                ratio = [t / o for t, o in zip(two, one, strict=False)]
+                rows2.append(
+                    (
+                        f"{label}, {name}",
+                        _spread(two),
+                        _spread(one),
+                        _spread(ratio, "{:.2f}x"),
+                    )
+                )
+        rows2.append(
+            (
+                "CPU seconds, training window (cores)",
+                f"{_spread([r['train'][1] for r in scale], '{:.1f}')} "
+                f"({_spread([r['train'][1] / r['train'][0] for r in scale], '{:.2f}')})",
+                f"{_spread([r['train'][1] for r in ectl], '{:.1f}')} "
+                f"({_spread([r['train'][1] / r['train'][0] for r in ectl], '{:.2f}')})",
+                "",
+            )
+        )
+        rows2.append(("  by process (median CPU-s)", _roles_row(scale), _roles_row(ectl), ""))
+        _print_table(head2, rows2)
+    print()
+
+    def ratio_line(what: str, values: list[float]) -> None:
+        print(f"ratio: {what} = {statistics.median(values):.2f}x")
+
+    if peer:
+        equal = (
+            "at equal threads"
+            if peer[0]["threads"] == e_threads
+            else (f"at {e_threads} vs {peer[0]['threads']} threads")
+        )
+        pairs = list(zip(ectl, peer, strict=False))
+        for what, name in (("e2e", "end-to-end"), ("train", "training window")):
+            ratio_line(
+                f"ElasticCTR vs DeepCTR-Torch samples per CPU-second ({name})",
+                [_rates(e)[f"per_cpu_{what}"] / _rates(d)[f"per_cpu_{what}"] for e, d in pairs],
+            )
+        for what, name in (("e2e", "end-to-end"), ("train", "training window")):
+            ratio_line(
+                f"ElasticCTR vs DeepCTR-Torch samples/s {equal} ({name})",
+                [_rates(e)[f"rate_{what}"] / _rates(d)[f"rate_{what}"] for e, d in pairs],
+            )
+    if scale:
+        pairs = list(zip(scale, ectl, strict=False))
+        ratio_line(
+            "2 vs 1 trainers job samples/s",
+            [_rates(t)["rate_train"] / _rates(o)["rate_train"] for t, o in pairs],
+        )
+        ratio_line(
+            "2 vs 1 trainers job samples/s (end-to-end)",
+            [_rates(t)["rate_e2e"] / _rates(o)["rate_e2e"] for t, o in pairs],
+        )
 
 
 def main() -> None:
@@ -448,7 +747,13 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=10_000, help="distinct feasigns per slot")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=512, help="batch size of both (dnn default)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of DeepCTR-Torch")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds (interleaved), medians")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of DeepCTR-Torch (default: --ectl-threads, at least 1)",
+    )
     ap.add_argument(
         "--ectl-threads",
         type=int,
@@ -469,119 +774,55 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="reuse generated data here")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="DeepCTR-Torch venv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: arrays .npz
+    ap.add_argument("--prepare", help=argparse.SUPPRESS)  # internal: write the arrays .npz
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
         return
+    if args.prepare:
+        prepare_main(args)
+        return
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
 
     from elasticctr.data.partitions import list_partitions
 
-    py = None if args.ectl_only else bench_python(args.venv)
-    work = args.work or Path(tempfile.mkdtemp(prefix="ectl-deepctr-"))
+    threads = args.threads if args.threads is not None else max(1, args.ectl_threads)
+    py = None if args.ectl_only else bench_python(args.venv.resolve())
+    # Absolute paths: the values file, the logs and the data are read by other processes.
+    work = (args.work or Path(tempfile.mkdtemp(prefix="ectl-deepctr-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    data = args.data or work / "data"
+    data = (args.data or work / "data").resolve()
     generate(data, args)
     gen = json.loads((data / "generator.json").read_text())
     slots = [int(s) for s in (data / "slot.conf").read_text().split()]
     parts = list_partitions(f"file://{data}")
     print(f"data: {data} ({len(parts)} hours, {len(slots)} slots); work: {work}", flush=True)
-
-    ectl = train_elasticctr(work, data, slots, parts, args)
-    print(f"elasticctr: {json.dumps(ectl['hours'])}", flush=True)
-    if args.ectl_only:
-        hours = ectl["hours"]
-        aucs = " / ".join(f"{h['auc']:.4f}" for h in hours)
-        train = " / ".join(f"{h.get('train_auc', float('nan')):.4f}" for h in hours)
-        rate = _rate(hours, "samples_per_sec_per_trainer")
-        print(f"elasticctr held-out AUC per hour {aucs}; train_auc {train}; {rate:,.0f} samples/s")
-        return
-    scale = None if args.no_scale else train_elasticctr(work, data, slots, parts, args, 2)
-
-    prep = prepare_arrays(parts, slots, args.batch, work / "arrays.npz")
-    oracle_held = oracle_on(prep["held_last"], gen, slots)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    cmd = [str(py), str(Path(__file__).resolve()), "--worker", str(work / "arrays.npz")]
-    cmd += ["--out", str(work / "deepctr.json"), "--threads", str(args.threads)]
-    cmd += ["--batch", str(args.batch), "--seed", str(args.seed)]
-    cmd += ["--dense-lr", str(args.dense_lr), "--embedding-lr", str(args.embedding_lr)]
-    subprocess.run(cmd, check=True, env=env, cwd=work)
-    torch_res = json.loads((work / "deepctr.json").read_text())
-
-    e_hours, d_hours = ectl["hours"], torch_res["hours"]
-    e_rate = _rate(e_hours, "samples_per_sec_per_trainer")
-    d_rate = _rate(d_hours, "samples_per_sec")
-    d_cpu_rate = sum(h["samples"] for h in d_hours) / sum(
-        h["cores"] * h["fit_seconds"] for h in d_hours
-    )
-    e_last, d_last = e_hours[-1], d_hours[-1]
-    if e_last["eval_samples"] != d_last["eval_samples"]:
-        print(
-            f"WARNING: held-out sizes differ: {e_last['eval_samples']} vs {d_last['eval_samples']}"
-        )
-    rows = [
-        ("samples/s per trainer", f"{e_rate:,.0f}", f"{d_rate:,.0f}", f"{e_rate / d_rate:.2f}x"),
-        (
-            "  per hour",
-            " / ".join(f"{h['samples_per_sec_per_trainer']:,.0f}" for h in e_hours),
-            " / ".join(f"{h['samples_per_sec']:,.0f}" for h in d_hours),
-            "",
-        ),
-        (
-            f"held-out AUC, last hour ({d_last['eval_samples']:,} samples)",
-            f"{e_last['auc']:.4f}",
-            f"{d_last['auc']:.4f}",
-            f"{e_last['auc'] - d_last['auc']:+.4f}",
-        ),
-        ("held-out logloss", f"{e_last['logloss']:.4f}", f"{d_last['logloss']:.4f}", ""),
-        (
-            "  AUC per hour",
-            " / ".join(f"{h['auc']:.4f}" for h in e_hours),
-            " / ".join(f"{h['auc']:.4f}" for h in d_hours),
-            "",
-        ),
-        (
-            "trained samples",
-            f"{sum(_samples(h) for h in e_hours):,}",
-            f"{sum(h['samples'] for h in d_hours):,}",
-            "",
-        ),  # fmt: skip
-        (
-            "cores used while training (median)",
-            f"{ectl['cores']:.2f} trainer + {ectl['pserver_cores']:.2f} pserver",
-            f"{np.median([h['cores'] for h in d_hours]):.2f} ({torch_res['threads']} torch thread)",
-            "",
-        ),
-        (
-            "samples per CPU-second (load-robust)",
-            f"{e_rate / (ectl['cores'] + ectl['pserver_cores']):,.0f} (trainer + pserver)",
-            f"{d_cpu_rate:,.0f}",
-            f"{e_rate / (ectl['cores'] + ectl['pserver_cores']) / d_cpu_rate:.2f}x",
-        ),
-        ("oracle AUC, generator.json (whole last hour)", f"{gen['oracle_auc']:.4f}", "", ""),
-        *_scale_rows(ectl, scale, e_rate),
-        ("oracle AUC, same held-out samples", f"{oracle_held:.4f}", "", ""),
-    ]
-    head = (
-        "",
-        f"ElasticCTR dnn, 1 pserver + 1 trainer ({args.ectl_threads} threads)",
-        "DeepCTR-Torch DNN, 1 thread",
-        "ratio/diff",
-    )
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
-    print()
     print(
-        f"{len(parts)} hours x {args.lines:,} lines, {len(slots)} slots, batch {args.batch}, "
-        f"one pass; torch {torch_res['versions']['torch']}, deepctr-torch "
-        f"{torch_res['versions']['deepctr_torch']}"
+        f"threads: ElasticCTR trainer.threads {args.ectl_threads}, DeepCTR-Torch torch "
+        f"threads {threads}; {args.rounds} round(s)",
+        flush=True,
     )
-    for r in [head, *rows]:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
-    print(
-        f"ElasticCTR wall {ectl['wall_seconds']:.0f}s (start-up, dumps and exports included); "
-        f"DeepCTR-Torch input preparation (parse + index mapping, not in its rate) "
-        f"{prep['prepare_seconds']:.1f}s"
-    )
+
+    ectl, peer, scale = [], [], []
+    for rnd in range(1, args.rounds + 1):
+        run_dir = work / f"round-{rnd}"
+        load0 = os.getloadavg()[0]
+        ectl.append(train_elasticctr(run_dir, data, slots, parts, args, 1))
+        print(_line(rnd, ectl[-1]), flush=True)
+        if not args.ectl_only:
+            peer.append(train_peer(run_dir / "deepctr", data, py, args, threads))
+            print(_line(rnd, peer[-1]), flush=True)
+        if not args.no_scale:
+            scale.append(train_elasticctr(run_dir, data, slots, parts, args, 2))
+            print(_line(rnd, scale[-1]), flush=True)
+        print(f"round {rnd}: load average {load0:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
+
+    oracle_held = None
+    if not args.ectl_only:
+        oracle_held = oracle_on(heldout_last(parts[-1], slots, args.batch), gen, slots)
+    _report(args, parts, slots, gen["oracle_auc"], oracle_held, ectl, peer, scale, threads)
 
 
 if __name__ == "__main__":
