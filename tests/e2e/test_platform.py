@@ -373,7 +373,11 @@ def test_four_scenarios_share_the_platform_through_bad_data_removal_and_a_tenant
                 for n in CONTENT
             )
 
-        wait_until("content's pods placed", content_placed, 300, kube_cluster, NS)
+        try:
+            wait_until("content's pods placed", content_placed, 300, kube_cluster, NS)
+        except BaseException:
+            print(f"\nscenario coordinators and trainers:\n{yield_log(kube_cluster, SCENARIOS)}")
+            raise
         placed_s = time.monotonic() - added[CONTENT[0]]
         evicted = evictions(kube_cluster)
 
@@ -734,11 +738,51 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
             == new,
             180, kube_cluster, NS,
         )  # fmt: skip
+        # Pause and resume coupon's training from the console (Volcano's AbortJob and
+        # ResumeJob, as `ectl scenario pause|resume`): its pods go, serving keeps its model;
+        # resumed, it runs again from its checkpoint.
+        t0 = time.monotonic()
+        done = api.post("/scenarios/coupon/pause", json={})
+        assert done.status_code == 200 and done.json()["phase"] == "Aborted", done.text
+        pause_s = time.monotonic() - t0
+        assert not running_roles(kube_cluster, "coupon")
+        row = {r["name"]: r for r in api.get("/scenarios").json()["scenarios"]}["coupon"]
+        assert row["paused"] and row["job"] == "Aborted" and row["served"] == new, row
+        assert f"version={new}" in predict(kube_cluster, name, samples[name]).stderr
+        at_platform = ("-P", PLATFORM, "-n", NS, "-o", "json")
+        again = json.loads(ectl(kube_cluster, "scenario", "pause", name, *at_platform).stdout)
+        assert again["changed"] is False and again["phase"] == "Aborted", again
+        bad = ectl(kube_cluster, "scenario", "resume", "nosuch", *at_platform, check=False)
+        assert bad.returncode == 1 and "no scenario nosuch" in bad.stderr, bad.stderr
+        t0 = time.monotonic()
+        done = api.post("/scenarios/coupon/resume", json={})
+        assert done.status_code == 200 and done.json()["phase"] == "Running", done.text
+        wait_until(
+            "coupon's job running again",
+            lambda: {"coordinator", "pserver", "trainer"} <= set(running_roles(kube_cluster, name)),
+            180, kube_cluster, NS,
+        )  # fmt: skip
+        resume_s = time.monotonic() - t0
+        print(
+            f"console: pause -> pods gone in {pause_s:.1f} s; resume -> running in {resume_s:.1f} s"
+        )
+        # Remove the corrupted scenario from the console: its name typed again, or nothing.
+        for body in ({}, {"confirm": "coupon"}):
+            bad = api.post(f"/scenarios/{CORRUPTED}/remove", json=body)
+            assert bad.status_code == 400 and "to confirm its removal" in bad.text, bad.text
+        done = api.post(f"/scenarios/{CORRUPTED}/remove", json={"confirm": CORRUPTED})
+        assert done.status_code == 200 and done.json()["removed"] is True, done.text
+        rows = {r["name"] for r in api.get("/scenarios").json()["scenarios"]}
+        assert rows == {"coupon", "feed"}, rows
+        assert ectl(kube_cluster, "status", "-R", CORRUPTED, "-n", NS, check=False).returncode
         entries = api.get("/audit").json()["entries"][::-1]
         assert [(e["action"], e["outcome"][:7]) for e in entries] == [
             ("rollback", "done"),
             ("pin", "refused"),
             ("unpin", "done"),
+            ("pause", "done"),
+            ("resume", "done"),
+            ("remove", "done"),
         ], entries
     finally:
         proc.terminate()

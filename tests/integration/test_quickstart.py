@@ -202,6 +202,28 @@ def _console(workdir: Path, tmp_path: Path) -> None:
         wait.until(lambda d: served("coupon") == VERSIONS[-1])
         audit = driver.find_element(By.ID, "audit").text
         assert "admin" in audit and "unpin" in audit and "rollback " + VERSIONS[0] in audit, audit
+        # Training runs in the quickstart's own process here: pausing is refused, said why.
+        driver.find_element(By.ID, "training").click()
+        wait.until(
+            lambda d: (
+                "refused: scenario coupon: the local platform trains"
+                in d.find_element(By.ID, "detail-message").text
+            )
+        )
+        # Removing asks for the name typed again; the local platform refuses, said why.
+        remove = driver.find_element(By.ID, "remove")
+        driver.find_element(By.ID, "remove-confirm").send_keys("coupo")
+        assert not remove.is_enabled()
+        driver.find_element(By.ID, "remove-confirm").send_keys("n")
+        assert remove.is_enabled()
+        remove.click()
+        wait.until(
+            lambda d: (
+                "refused: scenario coupon: the local platform's scenarios"
+                in d.find_element(By.ID, "detail-message").text
+            )
+        )
+        assert served("coupon") == VERSIONS[-1]
 
         # A fresh session without the token: the sign-in form; a wrong token is refused.
         driver.delete_all_cookies()
@@ -217,9 +239,11 @@ def _console(workdir: Path, tmp_path: Path) -> None:
     entries = [
         json.loads(line) for line in (workdir / "console-audit.jsonl").read_text().splitlines()
     ]
-    assert [(e["user"], e["action"], e["outcome"]) for e in entries] == [
+    assert [(e["user"], e["action"], e["outcome"][:7]) for e in entries] == [
         ("admin", "rollback", "done"),
         ("admin", "unpin", "done"),
+        ("admin", "pause", "refused"),
+        ("admin", "remove", "refused"),
     ], entries
     assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))
 

@@ -293,6 +293,8 @@ def status_row(
         "freshness_seconds": freshness_seconds(served.get("version")),
         "heldout_auc": served.get("heldout_auc"),
         "job": st.get("state", {}).get("phase", "-") if job else "-",
+        # `ectl scenario pause`: Volcano's AbortJob (elasticctr.cli.scenario.set_training)
+        "paused": st.get("state", {}).get("phase") in ("Aborting", "Aborted"),
         "trainers": f"{running}/{trainer.get('minAvailable', '-')}/{trainer.get('replicas', '-')}",
         "trainers_running": running,
         "trainers_min": trainer.get("minAvailable"),

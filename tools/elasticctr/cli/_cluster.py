@@ -189,6 +189,24 @@ class ClusterBackend(_Backend):
         with self._lock:
             return _transfer_call(self.transfer, "POST", "/v1/unpin", body={"scenario": name})
 
+    def set_training(self, name: str, paused: bool) -> dict[str, Any]:
+        from elasticctr.cli.scenario import set_training
+
+        # pods gone, or the job Running again: a resumed job may wait for room a while
+        return set_training(
+            self.target, self.platform, self.namespace, name, paused=paused, wait_seconds=180
+        )
+
+    def remove(self, name: str) -> dict[str, Any]:
+        import dataclasses
+
+        from elasticctr.cli.scenario import remove_scenario
+
+        # `ectl scenario remove NAME --yes` (the console asked for the name typed again);
+        # its versions stay in the store and MLflow, and a pinned version refuses
+        target = dataclasses.replace(self.target, release=name, namespace=self.namespace)
+        return remove_scenario(target, self.platform, name)
+
     def serving_metrics(self) -> list[str]:
         with self._lock:
             return self.transfer.serving_metrics()

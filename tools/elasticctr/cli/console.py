@@ -109,6 +109,22 @@ class LocalBackend(_Backend):
     def unpin(self, name: str) -> dict[str, Any]:
         return _transfer_call(self.transfer, "POST", "/v1/unpin", body={"scenario": name})
 
+    def set_training(self, name: str, paused: bool) -> dict[str, Any]:
+        err = EctlError(
+            f"scenario {name}: the local platform trains in the `ectl quickstart` / `ectl "
+            f"local up` process; stop or start that process to {'pause' if paused else 'resume'}"
+        )
+        err.status = 409  # type: ignore[attr-defined]
+        raise err
+
+    def remove(self, name: str) -> dict[str, Any]:
+        err = EctlError(
+            f"scenario {name}: the local platform's scenarios are the ones `ectl quickstart` "
+            "/ `ectl local up` was started with; start it again without this one"
+        )
+        err.status = 409  # type: ignore[attr-defined]
+        raise err
+
     def serving_metrics(self) -> list[str]:
         try:
             return [httpx.get(f"{self.endpoints['serving']}/metrics", timeout=10).text]

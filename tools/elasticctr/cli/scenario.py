@@ -1,4 +1,4 @@
-"""`ectl scenario add | list | status | remove`: scenarios on a shared platform
+"""`ectl scenario add | list | status | pause | resume | remove`: scenarios on a shared platform
 (docs/platform.md).
 
 A scenario is a Helm release of the same chart holding only its training job (the
@@ -589,37 +589,13 @@ def pin_problem(name: str, model: str, aliases: dict[str, str] | None) -> str | 
     )
 
 
-@scenario_app.command("remove")
-def remove(
-    name: str = typer.Argument(..., help="Scenario to remove."),
-    purge: bool = typer.Option(
-        False,
-        "--purge",
-        help="Also delete its store prefix (every version) and its MLflow registered model "
-        "and experiment; works on a scenario already removed, for what it left behind.",
-    ),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Remove even when an MLflow alias other than `serving` pins one of its versions.",
-    ),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    namespace: str | None = NAMESPACE_OPTION,
-    platform: str = PLATFORM_OPTION,
-    store: str | None = STORE_OPTION,
-    mlflow: str | None = MLFLOW_OPTION,
-    output: OutputFormat = common.OUTPUT_OPTION,
-    kubeconfig: Path | None = KUBECONFIG_OPTION,
-    context: str | None = CONTEXT_OPTION,
-    helm: str | None = HELM_OPTION,
-) -> None:
-    """Uninstall a scenario: its job stops, its registration goes, the platform drops its
-    cube tables and serving forgets it. Its model versions stay in the store and MLflow
-    unless --purge.
-
-    Every check and read happens before anything is deleted: a pinned version, an
-    unreadable store or MLflow refuses the whole command.
-    """
+def remove_scenario(
+    target: Target, platform: str, name: str, *, purge: bool = False, force: bool = False,
+    store: str | None = None, mlflow: str | None = None, confirm=None,
+) -> dict[str, Any]:  # fmt: skip
+    """`ectl scenario remove` (and the console's Remove): every check and read first, then
+    the deletions, the release first. `target` names the scenario's release; `confirm`,
+    when given, is asked with the plan and may refuse (typer.Abort)."""
     from elasticctr import mlflowreg, modelstore
 
     scenarios.check_name(name, field_name="scenario")
@@ -628,7 +604,6 @@ def remove(
             f"scenario {name}: that is the platform's own (default) scenario, not one to remove",
             hint=f"`ectl uninstall -R {platform}` removes the platform",
         )
-    target = Target(name, namespace, kubeconfig, context, helm)
     ns = target.resolved_namespace()
     registered = name in _registered(target, platform, ns)
     if not registered and not purge:
@@ -637,8 +612,6 @@ def remove(
             hint=f"ectl scenario list --platform {platform}; `--purge` deletes what a removed "
             f"scenario left in the store and MLflow",
         )
-    if not (yes or sys.stdin.isatty()):
-        raise EctlError(f"not removing scenario {name} without confirmation", hint="pass --yes")
     pv = _platform_values(target, platform, ns)
     model = scenarios.registered_model_name(name)
     experiment = scenarios.experiment_name(name)
@@ -667,7 +640,7 @@ def remove(
             plan.append(f"delete {where} ({len(versions_found)} version(s))")
             if uri:
                 plan.append(f"delete MLflow registered model {model} and experiment {experiment}")
-        if not yes and not typer.confirm(
+        if confirm is not None and not confirm(
             f"Remove scenario {name} from platform {platform}: " + "; ".join(plan) + "?"
         ):
             raise typer.Abort()
@@ -706,6 +679,49 @@ def remove(
                     raise EctlError(
                         f"scenario {name}: {done}store deleted; MLflow failed: {exc}", hint=again
                     ) from exc
+    return result
+
+
+@scenario_app.command("remove")
+def remove(
+    name: str = typer.Argument(..., help="Scenario to remove."),
+    purge: bool = typer.Option(
+        False,
+        "--purge",
+        help="Also delete its store prefix (every version) and its MLflow registered model "
+        "and experiment; works on a scenario already removed, for what it left behind.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Remove even when an MLflow alias other than `serving` pins one of its versions.",
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    namespace: str | None = NAMESPACE_OPTION,
+    platform: str = PLATFORM_OPTION,
+    store: str | None = STORE_OPTION,
+    mlflow: str | None = MLFLOW_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Uninstall a scenario: its job stops, its registration goes, the platform drops its
+    cube tables and serving forgets it. Its model versions stay in the store and MLflow
+    unless --purge.
+
+    Every check and read happens before anything is deleted: a pinned version, an
+    unreadable store or MLflow refuses the whole command.
+    """
+    target = Target(name, namespace, kubeconfig, context, helm)
+    if not (yes or sys.stdin.isatty()):
+        raise EctlError(f"not removing scenario {name} without confirmation", hint="pass --yes")
+    result = remove_scenario(
+        target, platform, name, purge=purge, force=force, store=store, mlflow=mlflow,
+        confirm=None if yes else typer.confirm,
+    )  # fmt: skip
+    registered = result["removed"]
+    experiment = scenarios.experiment_name(name)
     if common.print_data(output, result):
         return
     if registered:
@@ -721,6 +737,161 @@ def remove(
             + (f", experiment {experiment} (renamed {result['experiment']}, deleted)"
                if result.get("experiment") else "")
         )  # fmt: skip
+
+
+COMMANDS = ("bus.volcano.sh", "v1alpha1", "commands")
+PAUSED_PHASES = ("Aborting", "Aborted")
+"""A paused scenario's Volcano Job: aborted by an `AbortJob` command, pods gone."""
+FINAL_PHASES = ("Completing", "Completed", "Failed", "Terminating", "Terminated")
+WAIT_SECONDS_OPTION = typer.Option(
+    300.0, "--wait-seconds", help="How long to wait for the job to stop or run again."
+)
+
+
+def set_training(
+    target: Target, platform: str, namespace: str, name: str, *, paused: bool,
+    wait_seconds: float = 300.0,
+) -> dict[str, Any]:  # fmt: skip
+    """Pause or resume scenario `name`'s training job with Volcano's own job commands
+    (`AbortJob`, `ResumeJob`: what `vcctl job suspend/resume` sends): a paused job keeps
+    its spec and its store, its pods go; a resumed one restarts from the checkpoint of
+    its last exported hour, as after a pserver restart (docs/coordinator.md). Serving is
+    untouched either way. Waits until the pods are gone (pause) or the job runs again
+    (resume), at most `wait_seconds` (0: do not wait). Returns {scenario, job, phase,
+    changed}."""
+    import time
+
+    from kubernetes import client
+
+    from elasticctr.cli.status import VOLCANO
+
+    scenarios.check_name(name, field_name="scenario")
+    if name not in _registered(target, platform, namespace):
+        raise EctlError(
+            f"no scenario {name} on platform {platform} in namespace {namespace}",
+            hint=f"ectl scenario list --platform {platform}",
+        )
+    api = common.kube_api_client(target)
+    try:
+        custom = client.CustomObjectsApi(api)
+        core = client.CoreV1Api(api)
+        selector = f"{scenarios.registry_selector(platform)},{scenarios.LABEL_SCENARIO}={name}"
+
+        def job() -> dict[str, Any]:
+            items = custom.list_namespaced_custom_object(
+                *VOLCANO[:2], namespace, VOLCANO[2], label_selector=selector, _request_timeout=30
+            ).get("items", [])
+            if not items:
+                raise EctlError(f"scenario {name} has no training job in namespace {namespace}")
+            return items[0]
+
+        def phase(j: dict[str, Any]) -> str:
+            return ((j.get("status") or {}).get("state") or {}).get("phase") or "Pending"
+
+        try:
+            current = job()
+            meta = current["metadata"]
+            now = phase(current)
+            result = {"scenario": name, "job": meta["name"], "phase": now, "changed": False}
+            if (now in PAUSED_PHASES) == paused:
+                return result  # already so: nothing to send
+            if now in FINAL_PHASES:
+                raise EctlError(
+                    f"scenario {name}: its training job is {now}; there is nothing to "
+                    f"{'pause' if paused else 'resume'}",
+                    hint="`ectl scenario status` shows why; `ectl upgrade` starts a new job",
+                )
+            action = "AbortJob" if paused else "ResumeJob"
+            owner = {
+                "apiVersion": "/".join(VOLCANO[:2]), "kind": "Job", "name": meta["name"],
+                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True,
+            }  # fmt: skip
+            command = {
+                "apiVersion": "/".join(COMMANDS[:2]),
+                "kind": "Command",
+                "metadata": {
+                    "generateName": f"{meta['name']}-{action.lower()}-",
+                    "ownerReferences": [owner],
+                },
+                "target": owner,  # Go's TargetObject (json "target", the CRD's schema)
+                "action": action,
+                "message": f"ectl scenario {'pause' if paused else 'resume'}",
+            }
+            custom.create_namespaced_custom_object(
+                *COMMANDS[:2], namespace, COMMANDS[2], command, _request_timeout=30
+            )
+            result["changed"] = True
+            deadline = time.monotonic() + wait_seconds
+            while wait_seconds > 0:
+                j = job()
+                result["phase"] = phase(j)
+                if paused:
+                    pods = core.list_namespaced_pod(
+                        namespace, label_selector=f"volcano.sh/job-name={meta['name']}",
+                        _request_timeout=30,
+                    ).items  # fmt: skip
+                    if result["phase"] == "Aborted" and not pods:
+                        break
+                elif result["phase"] == "Running":
+                    break
+                if time.monotonic() > deadline:
+                    raise EctlError(
+                        f"scenario {name}: {action} sent, but its job is {result['phase']} "
+                        f"after {wait_seconds:.0f} s",
+                        hint=f"ectl scenario status {name} --platform {platform}",
+                    )
+                time.sleep(1.0)
+            return result
+        except EctlError:
+            raise
+        except Exception as exc:
+            verb = "pause" if paused else "resume"
+            raise common.kube_error(exc, f"cannot {verb} scenario {name}") from exc
+    finally:
+        api.close()
+
+
+def _training_command(paused: bool):
+    """`ectl scenario pause` (paused) or `resume`: one body, two verbs."""
+    verb = "pause" if paused else "resume"
+
+    def command(
+        name: str = typer.Argument(..., help=f"Scenario to {verb}."),
+        platform: str = PLATFORM_OPTION,
+        namespace: str | None = NAMESPACE_OPTION,
+        wait_seconds: float = WAIT_SECONDS_OPTION,
+        output: OutputFormat = common.OUTPUT_OPTION,
+        kubeconfig: Path | None = KUBECONFIG_OPTION,
+        context: str | None = CONTEXT_OPTION,
+        helm: str | None = HELM_OPTION,
+    ) -> None:
+        target = Target(platform, namespace, kubeconfig, context, helm)
+        done = set_training(
+            target, platform, target.resolved_namespace(), name, paused=paused,
+            wait_seconds=wait_seconds,
+        )  # fmt: skip
+        if common.print_data(output, done):
+            return
+        state = f"job {done['job']} {done['phase']}"
+        if done["changed"]:
+            console.print(f"[green]{verb}d[/green] scenario {name}: {state}")
+        else:
+            console.print(
+                f"scenario {name} is already {'paused' if paused else 'training'}: {state}"
+            )
+
+    command.__doc__ = (
+        "Stop a scenario's training (Volcano's AbortJob): its pods go, its spec, store and "
+        "served model stay; `ectl scenario resume` trains on from the last exported hour."
+        if paused
+        else "Train a paused scenario again (Volcano's ResumeJob): the job restarts from the "
+        "checkpoint of its last exported hour and picks up the hours that landed meanwhile."
+    )
+    return command
+
+
+scenario_app.command("pause")(_training_command(paused=True))
+scenario_app.command("resume")(_training_command(paused=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,11 @@
   POST /api/scenarios/NAME/rollback {}: pin the newest complete version older than the
                               committed one
   POST /api/scenarios/NAME/unpin    {}: follow the newest again
+  POST /api/scenarios/NAME/pause    {}: stop its training (Volcano's AbortJob, as `ectl
+                              scenario pause`); serving keeps its model
+  POST /api/scenarios/NAME/resume   {}: train again from the last exported hour
+  POST /api/scenarios/NAME/remove   {"confirm": NAME}: `ectl scenario remove NAME` (its
+                              versions stay in the store and MLflow)
   GET  /api/audit             the changes made through the console, newest first
                               (the caller's teams' scenarios)
 
@@ -51,7 +56,9 @@ STATIC = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
 }
-_SCENARIO_ROUTE = re.compile(r"^/api/scenarios/([a-z][-a-z0-9]*)/(versions|pin|rollback|unpin)$")
+_SCENARIO_ROUTE = re.compile(
+    r"^/api/scenarios/([a-z][-a-z0-9]*)/(versions|pin|rollback|unpin|pause|resume|remove)$"
+)
 AUDIT_SHOWN = 200
 
 
@@ -72,6 +79,10 @@ class Backend(Protocol):
     def pin(self, name: str, version: str) -> dict[str, Any]: ...
 
     def unpin(self, name: str) -> dict[str, Any]: ...
+
+    def set_training(self, name: str, paused: bool) -> dict[str, Any]: ...
+
+    def remove(self, name: str) -> dict[str, Any]: ...
 
     def serving_metrics(self) -> list[str]: ...
 
@@ -265,6 +276,14 @@ class _Handler(HardenedHandler):
         try:
             if action == "unpin":
                 done = backend.unpin(name)
+            elif action in ("pause", "resume"):
+                done = backend.set_training(name, paused=action == "pause")
+            elif action == "remove":
+                if body.get("confirm") != name:
+                    return 400, _error(
+                        "bad_request", f"type the scenario's name ({name}) to confirm its removal"
+                    )
+                done = backend.remove(name)
             else:
                 version = body.get("version")
                 if action == "rollback" and version is None:

@@ -6,6 +6,7 @@ const REFRESH_MS = 5000;
 const STALE_SECONDS = 3 * 3600; // as the ElasticCTRModelStale alert's default
 let token = null;
 let openScenario = null;
+let lastRows = {}; // the scenario rows of the last refresh, by name
 
 function $(id) { return document.getElementById(id); }
 
@@ -71,6 +72,7 @@ function card(r) {
       el("dt", {}, "job / queue"), el("dd", {}, `${r.job} / ${r.queue}`),
     ),
   );
+  if (r.paused) node.append(el("p", { class: "paused" }, "training paused"));
   if (failing) node.append(el("p", { class: "err" }, r.error || r.store_error));
   node.addEventListener("click", () => openDetail(r.name));
   return node;
@@ -82,6 +84,7 @@ async function refresh() {
     const doc = await api("/api/scenarios");
     $("platform").textContent = `platform ${doc.platform}`;
     $("user").textContent = `signed in as ${doc.user}`;
+    lastRows = Object.fromEntries(doc.scenarios.map((r) => [r.name, r]));
     $("cards").replaceChildren(...doc.scenarios.map(card));
     $("updated").textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
     $("error").hidden = true;
@@ -104,6 +107,9 @@ async function showVersions(name) {
     ? `pinned on ${v.pinned}: newer versions wait until you follow the newest again`
     : `following the newest version (committed ${v.committed || "none"})`;
   $("unpin").disabled = !v.pinned;
+  const paused = (lastRows[name] || {}).paused;
+  $("training").dataset.action = paused ? "resume" : "pause";
+  $("training").textContent = paused ? "Resume training" : "Pause training";
   const all = [...new Set([...v.store, ...v.retained, ...Object.keys(v.failed)])].sort().reverse();
   $("versions").tBodies[0].replaceChildren(...all.map((ver) => {
     const state = [];
@@ -128,6 +134,8 @@ async function openDetail(name) {
   openScenario = name;
   $("detail").hidden = false;
   $("detail-message").textContent = "";
+  $("remove-confirm").value = "";
+  $("remove").disabled = true;
   try { await showVersions(name); } catch (e) { $("detail-message").textContent = e.message; }
 }
 
@@ -139,19 +147,34 @@ async function change(name, action, body) {
     const done = await api(`/api/scenarios/${name}/${action}`, {
       method: "POST", body: JSON.stringify(body || {}),
     });
+    if (action === "remove") {
+      openScenario = null;
+      $("detail").hidden = true;
+      $("notice").textContent = `removed scenario ${name} (its versions stay in the store)`;
+      return;
+    }
     $("detail-message").textContent = action === "unpin"
       ? `following the newest version again (was pinned on ${done.was || "none"})`
-      : `${name} now serves ${done.committed} (was ${done.previous || "none"})`;
+      : action === "pause" || action === "resume"
+        ? `${name}: training ${action === "pause" ? "paused" : "resumed"} (job ${done.phase})`
+        : `${name} now serves ${done.committed} (was ${done.previous || "none"})`;
   } catch (e) {
     $("detail-message").textContent = `refused: ${e.message}`;
   } finally {
     buttons.forEach((b) => { b.disabled = false; });
+    $("remove").disabled = $("remove-confirm").value !== openScenario;
     await refresh();
   }
 }
 
 $("rollback").addEventListener("click", () => change(openScenario, "rollback", {}));
 $("unpin").addEventListener("click", () => change(openScenario, "unpin", {}));
+$("training").addEventListener("click", () => change(openScenario, $("training").dataset.action, {}));
+$("remove-confirm").addEventListener("input", () => {
+  $("remove").disabled = $("remove-confirm").value !== openScenario;
+});
+$("remove").addEventListener("click", () =>
+  change(openScenario, "remove", { confirm: $("remove-confirm").value }));
 $("close").addEventListener("click", () => { openScenario = null; $("detail").hidden = true; });
 $("login").addEventListener("submit", (ev) => {
   ev.preventDefault();
