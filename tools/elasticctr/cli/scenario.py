@@ -851,47 +851,57 @@ def set_training(
         api.close()
 
 
-def _training_command(paused: bool):
-    """`ectl scenario pause` (paused) or `resume`: one body, two verbs."""
-    verb = "pause" if paused else "resume"
-
-    def command(
-        name: str = typer.Argument(..., help=f"Scenario to {verb}."),
-        platform: str = PLATFORM_OPTION,
-        namespace: str | None = NAMESPACE_OPTION,
-        wait_seconds: float = WAIT_SECONDS_OPTION,
-        output: OutputFormat = common.OUTPUT_OPTION,
-        kubeconfig: Path | None = KUBECONFIG_OPTION,
-        context: str | None = CONTEXT_OPTION,
-        helm: str | None = HELM_OPTION,
-    ) -> None:
-        target = Target(platform, namespace, kubeconfig, context, helm)
-        done = set_training(
-            target, platform, target.resolved_namespace(), name, paused=paused,
-            wait_seconds=wait_seconds,
-        )  # fmt: skip
-        if common.print_data(output, done):
-            return
-        state = f"job {done['job']} {done['phase']}"
-        if done["changed"]:
-            console.print(f"[green]{verb}d[/green] scenario {name}: {state}")
-        else:
-            console.print(
-                f"scenario {name} is already {'paused' if paused else 'training'}: {state}"
-            )
-
-    command.__doc__ = (
-        "Stop a scenario's training (Volcano's AbortJob): its pods go, its spec, store and "
-        "served model stay; `ectl scenario resume` trains on from the last exported hour."
-        if paused
-        else "Train a paused scenario again (Volcano's ResumeJob): the job restarts from the "
-        "checkpoint of its last exported hour and picks up the hours that landed meanwhile."
-    )
-    return command
+def _pause_or_resume(paused: bool, name: str, platform: str, target: Target,
+                     wait_seconds: float, output: OutputFormat) -> None:  # fmt: skip
+    done = set_training(
+        target, platform, target.resolved_namespace(), name, paused=paused,
+        wait_seconds=wait_seconds,
+    )  # fmt: skip
+    if common.print_data(output, done):
+        return
+    state = f"job {done['job']} {done['phase']}"
+    if done["changed"]:
+        console.print(
+            f"[green]{'paused' if paused else 'resumed'}[/green] scenario {name}: {state}"
+        )
+    else:
+        console.print(f"scenario {name} is already {'paused' if paused else 'training'}: {state}")
 
 
-scenario_app.command("pause")(_training_command(paused=True))
-scenario_app.command("resume")(_training_command(paused=False))
+# Two decorated verbs rather than one made by a factory: what module-level code calls is
+# followed by tests/images/reach.py, and set_training imports kubernetes (not in images).
+@scenario_app.command("pause")
+def pause(
+    name: str = typer.Argument(..., help="Scenario to pause."),
+    platform: str = PLATFORM_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    wait_seconds: float = WAIT_SECONDS_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Stop a scenario's training (Volcano's AbortJob): its pods go, its spec, store and
+    served model stay; `ectl scenario resume` trains on from the last exported hour."""
+    target = Target(platform, namespace, kubeconfig, context, helm)
+    _pause_or_resume(True, name, platform, target, wait_seconds, output)
+
+
+@scenario_app.command("resume")
+def resume(
+    name: str = typer.Argument(..., help="Scenario to resume."),
+    platform: str = PLATFORM_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    wait_seconds: float = WAIT_SECONDS_OPTION,
+    output: OutputFormat = common.OUTPUT_OPTION,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    helm: str | None = HELM_OPTION,
+) -> None:
+    """Train a paused scenario again (Volcano's ResumeJob): the job restarts from the
+    checkpoint of its last exported hour and picks up the hours that landed meanwhile."""
+    target = Target(platform, namespace, kubeconfig, context, helm)
+    _pause_or_resume(False, name, platform, target, wait_seconds, output)
 
 
 def register(app: typer.Typer) -> None:

@@ -189,6 +189,14 @@ def predict(
         help="Exit 0 when the service answers that no model version exists yet (helm test "
         "right after an install).",
     ),
+    wait_ready: float = typer.Option(
+        0.0,
+        "--wait-ready",
+        min=0.0,
+        help="Keep asking for up to this many seconds while the service cannot answer yet "
+        "(connection refused, 502/503/504 other than no_model): a helm test right after an "
+        "install or upgrade. 0: the usual 4 retries (3.7 s).",
+    ),
 ) -> None:
     """Predict click probabilities for sample lines; AUC and logloss from their labels.
 
@@ -198,7 +206,7 @@ def predict(
 
       ectl predict data.txt --url http://127.0.0.1:8600
     """
-    from elasticctr.serving.client import NoModelYet, ServingClient
+    from elasticctr.serving.client import NoModelYet, ServingClient, retry_delays_for
 
     if file == "-":
         data, source = sys.stdin.buffer.read(), "<stdin>"
@@ -207,7 +215,8 @@ def predict(
             data, source = Path(file).read_bytes(), file
         except OSError as exc:
             raise EctlError(f"cannot read {file}: {exc.strerror}") from exc
-    client = ServingClient(url, _token(token_file), scenario=scenario)
+    client = ServingClient(url, _token(token_file), scenario=scenario,
+                           retry_delays=retry_delays_for(wait_ready))  # fmt: skip
     try:
         result = client.predict_file(data, source, chunk)
     except NoModelYet as exc:

@@ -676,6 +676,8 @@ def status(
 
     target = Target(release, namespace, kubeconfig, context, helm)
     rounds = 0
+    if watch:
+        _exit_on_interrupt()
     try:
         while True:
             data = collect_status(target)
@@ -696,6 +698,24 @@ def status(
     except KeyboardInterrupt:
         if not watch:
             raise
+
+
+def _exit_on_interrupt() -> None:
+    """-w: Ctrl-C (SIGINT) ends the watch at once with exit 0, as kubectl's -w. Not by
+    KeyboardInterrupt: raised inside a helm or API call it waits for that call's cleanup
+    (seen in CI: still running 60 s after SIGINT on a loaded machine). Every document is
+    written and flushed whole before the next read, so nothing is cut."""
+    import os
+    import signal
+    import sys
+
+    def stop(_signum, _frame) -> None:
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(0)
+
+    signal.signal(signal.SIGINT, stop)
 
 
 def split_lines(chunks) -> Iterator[str]:

@@ -62,6 +62,15 @@ timeout, 502/503/504 other than `no_model`): predictions and version reads are i
 and a new connection through the Service reaches another replica."""
 
 
+def retry_delays_for(wait_seconds: float) -> tuple[float, ...]:
+    """RETRY_DELAYS, then 2 s pauses until they add up to `wait_seconds` (`ectl predict
+    --wait-ready`)."""
+    delays = list(RETRY_DELAYS)
+    while sum(delays) < wait_seconds:
+        delays.append(min(2.0, wait_seconds - sum(delays)))
+    return tuple(delays)
+
+
 class ServingClient:
     def __init__(
         self,
