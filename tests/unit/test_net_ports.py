@@ -25,7 +25,8 @@ def test_ports_are_reserved_outside_the_ephemeral_range(reservations):
     assert len(set(ports)) == len(ports)  # never the same one twice while reserved
     assert all(net.PORT_RANGE[0] <= p < net.PORT_RANGE[1] for p in ports)
     assert net.PORT_RANGE[1] <= low or net.PORT_RANGE[0] > high
-    assert {int(f.name) for f in reservations.iterdir()} == set(ports)
+    # each one claimed (other threads of the test process may claim more meanwhile)
+    assert set(ports) <= {int(f.name) for f in reservations.iterdir()}
 
 
 def test_a_reserved_or_bound_port_is_skipped_and_an_expired_claim_taken_over(
