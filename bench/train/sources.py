@@ -71,6 +71,7 @@ sys.path.insert(0, str(REPO))
 from tests.fileserver_fixture import running_fileserver  # noqa: E402
 from tests.hdfs_fixture import MiniHdfs  # noqa: E402
 from tests.s3_fixture import TEST_BUCKET, SeaweedS3, s3_env  # noqa: E402
+from treecpu import tree_cpu  # noqa: E402  (bench/train/treecpu.py: one tree-CPU reader)
 
 from elasticctr import constants as C  # noqa: E402
 from elasticctr.data import storage  # noqa: E402
@@ -81,28 +82,6 @@ ECTL = [sys.executable, "-m", "elasticctr.cli.main"]
 HOUR = "20200401/00"
 TOKEN = "bench-sources-token"
 UGI = "bench,secret"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(root: int) -> float:
-    """CPU seconds of `root`'s live process tree, each process's own time plus what its
-    reaped children used (cutime/cstime), from /proc (cumulative counters)."""
-    children: dict[int, list[int]] = {}
-    times: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        times[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += times.get(pid, 0)
-        todo += children.get(pid, [])
-    return total / TICK
 
 
 PIN_SIDES = ("job", "store")

@@ -127,6 +127,9 @@ CUBE_REPLICA_SEPARATOR = "|"
 ENV_CUBE_TRANSFER_URL = "ELASTICCTR_CUBE_TRANSFER_URL"
 """cube-transfer's status server, for the coordinator's poke after each export (`ectl
 coordinator --transfer-url`): the hand-off does not wait for the transfer's poll."""
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+VOLCANO_TASK_LABEL = "volcano.sh/task-spec"
+"""Labels Volcano's job controller puts on every pod of a Job: its name and its task."""
 CUBE_ADMIN_TOKEN_HEADER = "X-Elasticctr-Admin-Token"
 """The cube admin token where Authorization cannot carry it: the API server's pod proxy
 strips Authorization (`ectl model` -> cube-transfer's /v1/pin, /v1/unpin)."""

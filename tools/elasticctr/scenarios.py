@@ -273,6 +273,10 @@ def freshness_seconds(version: str | None, now: dt.datetime | None = None) -> in
     return int((now - end).total_seconds())
 
 
+PAUSED_PHASES = ("Aborting", "Aborted")
+"""A paused scenario's Volcano Job (`ectl scenario pause`: an `AbortJob` command)."""
+
+
 def status_row(
     name: str, sc: Scenario, served: dict[str, Any], stored: dict[str, Any], job: dict[str, Any]
 ) -> dict[str, Any]:
@@ -294,7 +298,7 @@ def status_row(
         "heldout_auc": served.get("heldout_auc"),
         "job": st.get("state", {}).get("phase", "-") if job else "-",
         # `ectl scenario pause`: Volcano's AbortJob (elasticctr.cli.scenario.set_training)
-        "paused": st.get("state", {}).get("phase") in ("Aborting", "Aborted"),
+        "paused": st.get("state", {}).get("phase") in PAUSED_PHASES,
         "trainers": f"{running}/{trainer.get('minAvailable', '-')}/{trainer.get('replicas', '-')}",
         "trainers_running": running,
         "trainers_min": trainer.get("minAvailable"),

@@ -42,6 +42,13 @@ def _transfer_call(t, method: str, path: str, **kw) -> Any:
         raise err from exc
 
 
+def _refused(message: str) -> EctlError:
+    """A change this platform cannot make: the console answers 409 with `message`."""
+    err = EctlError(message)
+    err.status = 409  # type: ignore[attr-defined]
+    return err
+
+
 class _Backend:
     def versions(self, name: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -110,20 +117,16 @@ class LocalBackend(_Backend):
         return _transfer_call(self.transfer, "POST", "/v1/unpin", body={"scenario": name})
 
     def set_training(self, name: str, paused: bool) -> dict[str, Any]:
-        err = EctlError(
+        raise _refused(
             f"scenario {name}: the local platform trains in the `ectl quickstart` / `ectl "
             f"local up` process; stop or start that process to {'pause' if paused else 'resume'}"
         )
-        err.status = 409  # type: ignore[attr-defined]
-        raise err
 
     def remove(self, name: str) -> dict[str, Any]:
-        err = EctlError(
+        raise _refused(
             f"scenario {name}: the local platform's scenarios are the ones `ectl quickstart` "
             "/ `ectl local up` was started with; start it again without this one"
         )
-        err.status = 409  # type: ignore[attr-defined]
-        raise err
 
     def serving_metrics(self) -> list[str]:
         try:

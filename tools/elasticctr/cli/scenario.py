@@ -32,6 +32,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from elasticctr import constants as C
 from elasticctr import scenarios
 from elasticctr.cli import _common as common
 from elasticctr.cli._common import (
@@ -740,8 +741,6 @@ def remove(
 
 
 COMMANDS = ("bus.volcano.sh", "v1alpha1", "commands")
-PAUSED_PHASES = ("Aborting", "Aborted")
-"""A paused scenario's Volcano Job: aborted by an `AbortJob` command, pods gone."""
 FINAL_PHASES = ("Completing", "Completed", "Failed", "Terminating", "Terminated")
 WAIT_SECONDS_OPTION = typer.Option(
     300.0, "--wait-seconds", help="How long to wait for the job to stop or run again."
@@ -765,6 +764,7 @@ def set_training(
 
     from elasticctr.cli.status import VOLCANO
 
+    verb = "pause" if paused else "resume"
     scenarios.check_name(name, field_name="scenario")
     if name not in _registered(target, platform, namespace):
         raise EctlError(
@@ -793,12 +793,11 @@ def set_training(
             meta = current["metadata"]
             now = phase(current)
             result = {"scenario": name, "job": meta["name"], "phase": now, "changed": False}
-            if (now in PAUSED_PHASES) == paused:
+            if (now in scenarios.PAUSED_PHASES) == paused:
                 return result  # already so: nothing to send
             if now in FINAL_PHASES:
                 raise EctlError(
-                    f"scenario {name}: its training job is {now}; there is nothing to "
-                    f"{'pause' if paused else 'resume'}",
+                    f"scenario {name}: its training job is {now}; there is nothing to {verb}",
                     hint="`ectl scenario status` shows why; `ectl upgrade` starts a new job",
                 )
             action = "AbortJob" if paused else "ResumeJob"
@@ -815,7 +814,7 @@ def set_training(
                 },
                 "target": owner,  # Go's TargetObject (json "target", the CRD's schema)
                 "action": action,
-                "message": f"ectl scenario {'pause' if paused else 'resume'}",
+                "message": f"ectl scenario {verb}",
             }
             custom.create_namespaced_custom_object(
                 *COMMANDS[:2], namespace, COMMANDS[2], command, _request_timeout=30
@@ -827,7 +826,7 @@ def set_training(
                 result["phase"] = phase(j)
                 if paused:
                     pods = core.list_namespaced_pod(
-                        namespace, label_selector=f"volcano.sh/job-name={meta['name']}",
+                        namespace, label_selector=f"{C.VOLCANO_JOB_LABEL}={meta['name']}",
                         _request_timeout=30,
                     ).items  # fmt: skip
                     if result["phase"] == "Aborted" and not pods:
@@ -845,7 +844,6 @@ def set_training(
         except EctlError:
             raise
         except Exception as exc:
-            verb = "pause" if paused else "resume"
             raise common.kube_error(exc, f"cannot {verb} scenario {name}") from exc
     finally:
         api.close()

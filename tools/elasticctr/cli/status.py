@@ -19,6 +19,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from elasticctr import constants as C
 from elasticctr.cli import _common as common
 from elasticctr.cli._common import (
     CONTEXT_OPTION,
@@ -37,7 +38,7 @@ from elasticctr.versions import VERSIONS_DIR, is_version_id
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 COMPONENT_LABEL = "app.kubernetes.io/component"
-VOLCANO_TASK_LABEL = "volcano.sh/task-spec"
+VOLCANO_TASK_LABEL = C.VOLCANO_TASK_LABEL
 VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
 
 COMPONENTS = ("trainer", "pserver", "coordinator", "fileserver", "cube-transfer", "serving")

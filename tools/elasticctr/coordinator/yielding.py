@@ -53,8 +53,8 @@ EVICT_REASON = "Evict"
 RECLAIM_MESSAGE = "because of reclaim"
 """Volcano's evictor sets Ready=False, reason Evict, message "Pod is evicted, because of
 <action>" before deleting a victim (pkg/scheduler/cache/cache.go, defaultEvictor)."""
-LABEL_JOB = "volcano.sh/job-name"
-LABEL_TASK = "volcano.sh/task-spec"
+LABEL_JOB = C.VOLCANO_JOB_LABEL
+LABEL_TASK = C.VOLCANO_TASK_LABEL
 TRAINER_TASK = "trainer"
 JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/{name}"
 RBAC_HINT = (
