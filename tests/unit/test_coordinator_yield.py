@@ -97,17 +97,25 @@ class _Job(yielding.Yielder):
         return True
 
 
-def _victim(index: int) -> dict:
+RECLAIMED = {
+    "type": "Ready",
+    "status": "False",
+    "reason": "Evict",
+    "message": "Pod is evicted, because of reclaim",
+}
+
+
+def _victim(index: int, condition: dict = RECLAIMED, uid: str = "") -> dict:
     return {
-        "metadata": {"name": f"job-trainer-{index}", "uid": f"u{index}"},
-        "status": {"conditions": [VICTIM]},
+        "metadata": {"name": f"job-trainer-{index}", "uid": uid or f"u{index}"},
+        "status": {"conditions": [condition]},
     }
 
 
-def test_a_yield_never_keeps_only_victims_indices():
+def test_a_yield_to_reclaim_never_keeps_only_victims_indices():
     # Four trainers, minimum one. Reclaim takes trainers 0 and 2, then 1: lowering to one
-    # would keep index 0 alone, a victim that Volcano recreates and that waits for room:
-    # the job would run no trainer. The third yield is refused; trainer 1's index stays.
+    # would keep index 0 alone, a victim that Volcano recreates and that waits behind the
+    # reclaiming queue's pods: the job would run no trainer. The third yield is refused.
     job = _Job(replicas=4, least=1)
     assert job.on_pod(_victim(0)) and job.replicas == 3
     assert job.on_pod(_victim(2)) and job.replicas == 2
@@ -116,6 +124,20 @@ def test_a_yield_never_keeps_only_victims_indices():
     # a victim above every index kept is still given up
     job = _Job(replicas=4, least=1)
     assert job.on_pod(_victim(3)) and job.on_pod(_victim(2)) and job.replicas == 2
+
+
+def test_a_yield_to_kube_scheduler_goes_down_to_the_minimum_whatever_the_indices():
+    # CI, 2026-12-04: three trainers, minimum one; kube-scheduler's tenant needed the room
+    # of two. It took trainers 0 and 2; refusing the second yield (as for reclaim) kept
+    # index 0, which Volcano re-placed ahead of the tenant (it does not see kube-scheduler's
+    # nominated pod) twice in 120 s: the tenant never ran. Lowering to one deletes trainer
+    # 1 and recreates trainer 0 in the room the tenant leaves.
+    job = _Job(replicas=3, least=1)
+    assert job.on_pod(_victim(0, VICTIM)) and job.replicas == 2
+    assert job.on_pod(_victim(2, VICTIM)) and job.replicas == 1
+    # trainer 0 recreated and taken again: the job is at its minimum
+    assert not job.on_pod(_victim(0, VICTIM, uid="u0-again")) and job.replicas == 1
+    assert job.yielded == 2
 
 
 def test_task_index_of_a_pod_name():

@@ -15,10 +15,13 @@ changing its own worker count; so does the coordinator here:
   evicted, because of reclaim" (Volcano's preemption inside one queue is left alone:
   its preemptor is Volcano's own pod and binds first);
 - for each victim it lowers the Job's trainer `replicas` by one (never below the task's
-  `minAvailable`, nor so far that the indices kept are all victims', which Volcano
-  recreates and which then wait for room): Volcano's job controller then deletes the
-  trainer pods above that count instead of re-placing them, and the preemptor or the
-  reclaiming queue's pods bind;
+  `minAvailable`; for reclaim, not so far that the indices kept are all victims', which
+  Volcano recreates and which then wait behind the reclaiming queue's pods): Volcano's job
+  controller then deletes the trainer pods above that count instead of re-placing them,
+  and the preemptor or the reclaiming queue's pods bind. A victim of kube-scheduler kept
+  at its index would be re-placed ahead of the preemptor every time (the preemptor
+  starves), so for those the count goes down regardless and the recreated victim runs in
+  what room the preemptor leaves;
 - `hold_seconds` after the last victim it sets `replicas` back to what it was: trainers
   that find no room wait Pending (their class never preempts, and a queue above its
   guaranteed share reclaims nothing) and borrow again once the room is idle. If someone
@@ -204,10 +207,12 @@ class Yielder:
                     )
                     return False
                 # Volcano keeps the pods of indices below the new count and recreates the
-                # victims among them: those wait for room. Never keep fewer than the
-                # minimum that are not victims (else the job may run no trainer at all).
+                # victims among them. Behind a reclaiming queue those wait for room: never
+                # keep fewer than the minimum that are not victims (else the job may run no
+                # trainer at all). Behind kube-scheduler's preemptor (which Volcano does
+                # not see) a kept victim is re-placed first and the preemptor starves.
                 kept = [i for i in range(replicas - 1) if i not in self.victim_indices]
-                if len(kept) < least:
+                if taker == "reclaim" and len(kept) < least:
                     log.info(
                         "yield: %s took %s; %d trainers would leave only victims' indices "
                         "below the minimum of %d; kept",
