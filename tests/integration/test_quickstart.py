@@ -224,6 +224,7 @@ def _console(workdir: Path, tmp_path: Path) -> None:
             )
         )
         assert served("coupon") == VERSIONS[-1]
+        _new_scenario(driver, wait, workdir, tmp_path, shots)
 
         # A fresh session without the token: the sign-in form; a wrong token is refused.
         driver.delete_all_cookies()
@@ -244,8 +245,76 @@ def _console(workdir: Path, tmp_path: Path) -> None:
         ("admin", "unpin", "done"),
         ("admin", "pause", "refused"),
         ("admin", "remove", "refused"),
+        ("admin", "add", "refused"),
     ], entries
+    assert entries[-1]["scenario"] == "campaign"
+    assert entries[-1]["detail"]["values"]["trainer"]["model"]["name"] == "deepfm"
     assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))
+
+
+def _new_scenario(driver, wait, workdir: Path, tmp_path: Path, shots: Path) -> None:
+    """The new-scenario form (docs/console.md): a path with no data is named beside its
+    field; the quickstart's feed data profiled fills in slots, first hour and model; a bad
+    name, a name taken and a slot the data lacks show beside their fields; YAML edited by
+    hand comes back into the form; adding is refused by the local platform, said why."""
+    from selenium.webdriver.common.by import By
+
+    def field(path: str):
+        return driver.find_element(By.ID, f"f-{path}")
+
+    def error(path: str) -> str:
+        return driver.find_element(By.ID, f"e-{path}").text
+
+    def retype(path: str, text: str) -> None:
+        field(path).clear()
+        field(path).send_keys(text)
+
+    driver.find_element(By.ID, "new-open").click()
+    wait.until(lambda d: d.find_elements(By.ID, "f-global.data.path"))
+    field("global.data.path").send_keys(f"file://{tmp_path}/no-data-here")
+    driver.find_element(By.ID, "new-profile").click()
+    wait.until(lambda d: "not found" in error("global.data.path"))
+    retype("global.data.path", f"file://{workdir / 'data' / 'feed'}")
+    driver.find_element(By.ID, "new-profile").click()
+    wait.until(lambda d: field("global.data.slots").get_attribute("value") != "")
+    assert field("global.data.slots").get_attribute("value") == ", ".join(map(str, range(16)))
+    assert field("global.data.startDateHour").get_attribute("value") == "20200401/00"
+    assert field("trainer.model.name").get_attribute("value") in ("lr", "deepfm")
+    assert error("global.data.path") == ""
+    field("global.scenario.name").send_keys("Campaign!")
+    wait.until(lambda d: "does not match" in error("global.scenario.name"))
+    retype("global.scenario.name", "coupon")
+    wait.until(lambda d: "exists already" in error("global.scenario.name"))
+    retype("global.scenario.name", "campaign")
+    retype("global.data.slots", "0, 1, 99")
+    wait.until(lambda d: "99 never occur" in error("global.data.slots"))
+    assert error("global.scenario.name") == ""
+    driver.save_screenshot(str(shots / "new-scenario.png"))
+    retype("global.data.slots", "0, 1, 2, 3, 4, 5, 6, 7")
+    wait.until(lambda d: "no problems" in d.find_element(By.ID, "new-state").text)
+    # YAML edited by hand comes back into the form
+    text = driver.find_element(By.ID, "new-yaml").get_attribute("value")
+    assert "name: campaign" in text and "slots: [0, 1, 2, 3, 4, 5, 6, 7]" in text, text
+    model = field("trainer.model.name").get_attribute("value")
+    driver.execute_script(
+        "arguments[0].value = arguments[1]",
+        driver.find_element(By.ID, "new-yaml"),
+        text.replace(f"name: {model}", "name: deepfm") + "  pserver: {replicas: 0}\n",
+    )
+    driver.find_element(By.ID, "new-yaml-apply").click()
+    wait.until(lambda d: field("trainer.model.name").get_attribute("value") == "deepfm")
+    wait.until(lambda d: error("trainer.pserver.replicas") != "")
+    assert field("trainer.pserver.replicas").get_attribute("value") == "0"
+    retype("trainer.pserver.replicas", "1")
+    wait.until(lambda d: "no problems" in d.find_element(By.ID, "new-state").text)
+    driver.find_element(By.ID, "new-submit").click()
+    wait.until(
+        lambda d: (
+            "not added: scenario campaign: the local platform trains"
+            in d.find_element(By.ID, "new-message").text
+        )
+    )
+    assert not driver.find_elements(By.ID, "card-campaign")
 
 
 def _check_scenario(workdir, name: str, report: dict, tracked: dict, serving: str) -> None:

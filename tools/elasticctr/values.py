@@ -562,6 +562,23 @@ def semantic_problems(values: Values) -> list[str]:
     return problems
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block style, except lists of plain values (slots, hidden units) stay on one line."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = all(not isinstance(item, dict | list) for item in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
+def dump_values(values: Values) -> str:
+    """A values file's text as `ectl init` and the console write it (keys in order)."""
+    return yaml.dump(values, Dumper=_Dumper, sort_keys=False)
+
+
 def load_files(files: list[Path]) -> Values:
     """Merge user values files like `helm -f a -f b` (later files win)."""
     merged: Values = {}

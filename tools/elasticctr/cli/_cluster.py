@@ -163,6 +163,7 @@ class ClusterBackend(_Backend):
         self.namespace = target.resolved_namespace()
         self.transfer = ProxiedTransfer(target, None)
         self._lock = threading.Lock()  # the kubernetes client's pool is shared
+        self._platform_values: tuple[float, dict[str, Any]] | None = None
 
     def registered(self) -> dict[str, scenarios.Scenario]:
         from elasticctr.cli.scenario import _registered
@@ -210,3 +211,34 @@ class ClusterBackend(_Backend):
     def serving_metrics(self) -> list[str]:
         with self._lock:
             return self.transfer.serving_metrics()
+
+    def layers(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`ectl scenario add`'s values under and over a scenario's file (the platform's
+        values are read once a minute at most: a form checks on every change)."""
+        import time
+
+        from elasticctr.cli.scenario import _platform_values, scenario_layers
+
+        now = time.monotonic()
+        if self._platform_values is None or now - self._platform_values[0] > 60:
+            self._platform_values = (
+                now,
+                _platform_values(self.target, self.platform, self.namespace),
+            )
+        return scenario_layers(self._platform_values[1], name, self.platform)
+
+    def add(self, name: str, values_yaml: str) -> dict[str, Any]:
+        """`ectl scenario add NAME -f FILE --platform PLATFORM` with the form's YAML as
+        FILE (without --wait: the card shows the job coming up)."""
+        import dataclasses
+        import tempfile
+        from pathlib import Path
+
+        from elasticctr.cli.scenario import add_scenario
+
+        target = dataclasses.replace(self.target, release=name, namespace=self.namespace)
+        with tempfile.TemporaryDirectory(prefix="ectl-console-") as tmp:
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(values_yaml)
+            add_scenario(target, self.platform, name, [path])
+        return {"scenario": name, "installed": True, "release": name}

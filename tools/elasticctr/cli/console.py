@@ -134,6 +134,22 @@ class LocalBackend(_Backend):
         except httpx.HTTPError:
             return []
 
+    def layers(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What `ectl scenario add` would put under and over a scenario's file on a
+        platform like this one: its MLflow, the platform parts off (the form checks against
+        it; installing is refused below)."""
+        from elasticctr.cli.scenario import scenario_layers
+
+        pv = {"global": {"mlflow": {"trackingUri": self.endpoints.get("mlflow") or ""}}}
+        return scenario_layers(pv, name, "local")
+
+    def add(self, name: str, values_yaml: str) -> dict[str, Any]:
+        raise _refused(
+            f"scenario {name}: the local platform trains the scenarios `ectl quickstart` / "
+            "`ectl local up` was started with; download this YAML and add it to a platform "
+            f"on Kubernetes: ectl scenario add {name} -f {name}.yaml --platform PLATFORM"
+        )
+
 
 def _get_json(url: str, what: str) -> dict[str, Any]:
     try:

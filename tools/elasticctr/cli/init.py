@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
 from elasticctr import zoo
 from elasticctr.cli._common import console
@@ -315,7 +314,9 @@ def init(
         f"# Written by: {command}\n"
         "# Check with `ectl validate`, deploy with `ectl install -f` or run locally.\n"
     )
-    body = yaml.dump(values, Dumper=_Dumper, sort_keys=False)
+    from elasticctr.values import dump_values
+
+    body = dump_values(values)
     secret = bool(values.get("global", {}).get("data", {}).get("hdfsUgi"))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -346,18 +347,6 @@ def _schema_hint(out: Path) -> str:
         return os.path.relpath(schema, out.resolve().parent)
     except ValueError:
         return str(schema)
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block style, except lists of plain values (slots, hidden units) stay on one line."""
-
-
-def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
-    flow = all(not isinstance(item, dict | list) for item in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_Dumper.add_representer(list, _represent_list)
 
 
 def _check(values: dict[str, Any]) -> None:

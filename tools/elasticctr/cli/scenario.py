@@ -327,16 +327,28 @@ def add(
     scenarios/NAME of the platform's model store and is served at
     /v1/scenarios/NAME/predict once its first hour is exported.
     """
-    # Imported here: the images' entry points reach every verb module, and the install
-    # path pulls in pyhelm3, which only the CLI's `kube` extra has.
-    from elasticctr.cli.release import _deploy
+    add_scenario(
+        Target(name, namespace, kubeconfig, context, helm),
+        platform,
+        name,
+        files,
+        team=team,
+        chart=chart,
+        sets=Overrides.of(sets, set_strings, set_files, set_json, set_literals),
+        dry_run=dry_run,
+        store=store,
+        wait=wait,
+        timeout=timeout,
+        output=output,
+    )
 
-    scenarios.check_name(name, field_name="scenario")
-    target = Target(name, namespace, kubeconfig, context, helm)
-    ns = target.resolved_namespace()
-    if name == platform:
-        raise EctlError(f"scenario {name}: the platform release has that name; pick another")
-    pv = _platform_values(target, platform, ns)
+
+def scenario_layers(
+    pv: dict[str, Any], name: str, platform: str, team: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(base, own): the values under a scenario's files (the platform's image, store, MLflow
+    and PriorityClasses, the platform parts off) and over them (its name and platform, and
+    `team` when given), from the platform release's values `pv`."""
     g = pv.get("global") or {}
     # What makes the release this platform's scenario NAME: not overridable by the files.
     own: dict[str, Any] = {"global": {"scenario": {"name": name, "platform": platform}}}
@@ -366,6 +378,36 @@ def add(
                 }
             }
         }
+    return base, own
+
+
+def add_scenario(
+    target: Target,
+    platform: str,
+    name: str,
+    files: list[Path] | None,
+    *,
+    team: str | None = None,
+    chart: str | None = None,
+    sets: Overrides | None = None,
+    dry_run: bool = False,
+    store: str | None = None,
+    wait: bool = False,
+    timeout: str = "10m",
+    output: OutputFormat = OutputFormat.table,
+) -> None:
+    """`ectl scenario add NAME -f FILES --platform PLATFORM` (the console installs a form's
+    YAML through this too, so both give the same release)."""
+    # Imported here: the images' entry points reach every verb module, and the install
+    # path pulls in pyhelm3, which only the CLI's `kube` extra has.
+    from elasticctr.cli.release import _deploy
+
+    scenarios.check_name(name, field_name="scenario")
+    ns = target.resolved_namespace()
+    if name == platform:
+        raise EctlError(f"scenario {name}: the platform release has that name; pick another")
+    pv = _platform_values(target, platform, ns)
+    base, own = scenario_layers(pv, name, platform, team)
 
     def check(values: dict[str, Any], namespace: str) -> None:
         from elasticctr import values as chart_values
@@ -396,7 +438,7 @@ def add(
         target,
         files,
         chart,
-        sets=Overrides.of(sets, set_strings, set_files, set_json, set_literals),
+        sets=sets or Overrides(),
         dry_run=dry_run,
         wait=wait,
         timeout=timeout,

@@ -1,6 +1,6 @@
 """The console's HTTP server: the browser app (static files) and its JSON API.
 
-  GET  /                      the app (static/index.html; static/app.js, app.css)
+  GET  /                      the app (static/index.html; static/app.js, new.js, app.css)
   GET  /healthz               200 while the process runs
   GET  /api/me                who the token is: {"user", "teams"} (401 without one)
   GET  /api/scenarios         {"platform", "scenarios": [status row + "qps", "p99_ms"]}:
@@ -19,6 +19,16 @@
                               versions stay in the store and MLflow)
   GET  /api/audit             the changes made through the console, newest first
                               (the caller's teams' scenarios)
+  GET  /api/new/form          the new-scenario form: the chart schema's sections and
+                              their defaults (elasticctr.console.newscenario)
+  POST /api/new/profile       {"path"}: profile a sample of the data -> suggested values,
+                              their YAML and the profile
+  POST /api/new/check         {"yaml"} or {"values"}: the values, their YAML and every
+                              problem `ectl validate` finds ({"path", "message"} each)
+  POST /api/scenarios         {"yaml"} or {"values"}: check them (schema, team, name, data
+                              path and slots against a sample) and install the scenario
+                              (`ectl scenario add NAME -f` of that YAML); 422 with the
+                              problems, nothing installed
 
 Every /api route needs `Authorization: Bearer <token>`: the administrator token
 ($ELASTICCTR_CONSOLE_TOKEN, every team) or a token of the users file (`--users`: a YAML
@@ -44,6 +54,7 @@ from typing import Any, Protocol
 import yaml
 
 from elasticctr import constants as C
+from elasticctr.console import newscenario
 from elasticctr.console.traffic import Traffic
 from elasticctr.errors import EctlError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
@@ -54,12 +65,15 @@ ALL_TEAMS = "*"
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/new.js": ("new.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
 }
 _SCENARIO_ROUTE = re.compile(
     r"^/api/scenarios/([a-z][-a-z0-9]*)/(versions|pin|rollback|unpin|pause|resume|remove)$"
 )
 AUDIT_SHOWN = 200
+MAX_BODY = 64 << 10
+"""Largest request body: a scenario's values file."""
 
 
 class Backend(Protocol):
@@ -85,6 +99,10 @@ class Backend(Protocol):
     def remove(self, name: str) -> dict[str, Any]: ...
 
     def serving_metrics(self) -> list[str]: ...
+
+    def layers(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def add(self, name: str, values_yaml: str) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -195,7 +213,8 @@ class ConsoleServer(ThreadedServer):
         self.users = users
         self.audit = audit
         self.traffic = Traffic()
-        super().__init__(address, _Handler, Limits.from_env(max_body_bytes=4 << 10))
+        self.profiles = newscenario.Profiles()
+        super().__init__(address, _Handler, Limits.from_env(max_body_bytes=MAX_BODY))
 
     def start(self, name: str = "console") -> ConsoleServer:
         return super().start(name)
@@ -230,6 +249,8 @@ class _Handler(HardenedHandler):
                 if e.get("scenario") in mine or ALL_TEAMS in who.teams
             ]
             return self.send_json(200, {"entries": shown[:AUDIT_SHOWN]})
+        if path == "/api/new/form":
+            return self._guarded(lambda: (200, newscenario.form()))
         m = _SCENARIO_ROUTE.match(path)
         if m and m.group(2) == "versions":
             return self._guarded(lambda: self._versions(who, m.group(1)))
@@ -238,18 +259,21 @@ class _Handler(HardenedHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
         m = _SCENARIO_ROUTE.match(path)
-        if not m or m.group(2) == "versions":
+        new = path in _NEW_ROUTES
+        if not new and (not m or m.group(2) == "versions"):
             return self.send_json_error(404, "not_found", f"no such endpoint {path}")
         who = self._principal()
         if who is None:
             return
-        raw = self.read_body(4 << 10)
+        raw = self.read_body(MAX_BODY)
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
             return self.send_json_error(400, "bad_request", f"body is not JSON: {exc}")
         if not isinstance(body, dict):
             return self.send_json_error(400, "bad_request", "body must be a JSON object")
+        if new:
+            return self._guarded(lambda: _NEW_ROUTES[path](self, who, body))
         name, action = m.group(1), m.group(2)
         if not self._visible(who, name):
             return self.send_json_error(404, "not_found", f"no scenario {name}")
@@ -298,6 +322,108 @@ class _Handler(HardenedHandler):
         self.server.audit.record(who.user, action, name, {**detail, **done}, "done")
         return 200, done
 
+    # --- a new scenario -------------------------------------------------------------
+    def _profile(self, who: Principal, body: dict) -> tuple[int, Any]:
+        path = body.get("path")
+        if not isinstance(path, str) or not path.strip():
+            return 422, _problems("no data path", ["global.data.path: give the data's URL"])
+        path = path.strip()
+        try:
+            prof = self.server.profiles.get(path)
+        except EctlError as exc:
+            return 422, _problems(exc.message, [f"global.data.path: {exc.message}"])
+        values = newscenario.suggest(path, prof)
+        if len(who.teams) == 1 and who.teams[0] != ALL_TEAMS:
+            values["global"]["scenario"] = {"team": who.teams[0]}
+        summary = {k: prof[k] for k in ("lines", "samples", "ctr", "truncated", "hours")}
+        summary["slots"] = [
+            {k: sl[k] for k in ("slot", "coverage", "cardinality", "ctr_when_present")}
+            for sl in prof["slots"]
+        ]
+        summary["recommendation"] = prof["recommendation"]
+        summary["malformed"] = {k: prof["malformed"][k] for k in ("lines", "rate", "reasons")}
+        return 200, {"values": values, "yaml": newscenario.dump_yaml(values), "profile": summary}
+
+    def _read_values(self, body: dict) -> dict[str, Any]:
+        if isinstance(body.get("yaml"), str):
+            return newscenario.parse_yaml(body["yaml"])
+        values = body.get("values", {})
+        if not isinstance(values, dict):
+            from elasticctr.errors import ValidationError
+
+            raise ValidationError("values", problems=["(yaml): values must be a mapping"])
+        return values
+
+    def _problems_of(self, who: Principal, values: dict[str, Any]) -> list[str]:
+        """Every problem `ectl scenario add` would find before installing, without the
+        cluster's own checks (those come with the install)."""
+        name = ((values.get("global") or {}).get("scenario") or {}).get("name") or ""
+        problems = []
+        if not name:
+            problems.append("global.scenario.name: the new scenario needs a name")
+        base, own = self.server.backend.layers(name or "unnamed")
+        problems += newscenario.check(values, base, own)
+        team = ((values.get("global") or {}).get("scenario") or {}).get("team") or ""
+        if not who.sees(team):
+            problems.append(
+                f"global.scenario.team: {who.user} adds scenarios of team(s) "
+                f"{', '.join(who.teams)} only"
+            )
+        if name and name in self.server.backend.registered():
+            problems.append(f"global.scenario.name: a scenario named {name} exists already")
+        return problems
+
+    def _check(self, who: Principal, body: dict) -> tuple[int, Any]:
+        from elasticctr.errors import ValidationError
+
+        try:
+            values = self._read_values(body)
+        except ValidationError as exc:
+            return 200, {"values": None, "problems": [newscenario.split(p) for p in exc.problems]}
+        problems = self._problems_of(who, values)
+        path = ((values.get("global") or {}).get("data") or {}).get("path") or ""
+        prof = self.server.profiles.cached(path) if isinstance(path, str) else None
+        if prof is not None:  # slots against the sample profiled already (no new read)
+            problems += newscenario.data_problems(values, prof)
+        return 200, {
+            "values": values,
+            "yaml": newscenario.dump_yaml(values),
+            "problems": [newscenario.split(p) for p in problems],
+        }
+
+    def _create(self, who: Principal, body: dict) -> tuple[int, Any]:
+        from elasticctr.errors import ValidationError
+
+        try:
+            values = self._read_values(body)
+        except ValidationError as exc:
+            return 422, _problems(exc.message, exc.problems)
+        name = ((values.get("global") or {}).get("scenario") or {}).get("name") or ""
+        problems = self._problems_of(who, values)
+        path = ((values.get("global") or {}).get("data") or {}).get("path") or ""
+        if path and not any(p.startswith("global.data.path:") for p in problems):
+            try:
+                problems += newscenario.data_problems(values, self.server.profiles.get(path))
+            except EctlError as exc:
+                problems.append(f"global.data.path: {exc.message}")
+        detail = {"values": values}
+        if problems:
+            self.server.audit.record(
+                who.user, "add", name, detail, f"refused: {len(problems)} problem(s)"
+            )
+            return 422, _problems(f"scenario {name or '(unnamed)'} not added", problems)
+        text = newscenario.dump_yaml(values)
+        try:
+            done = self.server.backend.add(name, text)
+        except ValidationError as exc:
+            self.server.audit.record(who.user, "add", name, detail, f"refused: {exc.message}")
+            return 422, _problems(exc.message, exc.problems)
+        except EctlError as exc:
+            self.server.audit.record(who.user, "add", name, detail, f"refused: {exc.message}")
+            raise
+        self.server.audit.record(who.user, "add", name, detail, "done")
+        return 200, {**done, "yaml": text}
+
     # --- helpers --------------------------------------------------------------------
     def _visible(self, who: Principal, name: str) -> bool:
         sc = self.server.backend.registered().get(name)
@@ -324,3 +450,18 @@ class _Handler(HardenedHandler):
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
+
+
+def _problems(message: str, problems: list[str]) -> dict[str, Any]:
+    """A 422 answer: the message and every problem beside its field ({"path", "message"})."""
+    return {
+        "error": {"code": "invalid", "message": message},
+        "problems": [newscenario.split(p) for p in problems],
+    }
+
+
+_NEW_ROUTES = {
+    "/api/new/profile": _Handler._profile,
+    "/api/new/check": _Handler._check,
+    "/api/scenarios": _Handler._create,
+}
