@@ -157,8 +157,9 @@ class ProxiedTransfer:
 class ClusterBackend(_Backend):
     """A platform release on Kubernetes (the target's kubeconfig, or in-cluster)."""
 
-    def __init__(self, target):
+    def __init__(self, target, chart: str | None = None):
         self.target = target
+        self.chart = chart
         self.platform = target.release
         self.namespace = target.resolved_namespace()
         self.transfer = ProxiedTransfer(target, None)
@@ -240,5 +241,5 @@ class ClusterBackend(_Backend):
         with tempfile.TemporaryDirectory(prefix="ectl-console-") as tmp:
             path = Path(tmp) / f"{name}.yaml"
             path.write_text(values_yaml)
-            add_scenario(target, self.platform, name, [path])
+            add_scenario(target, self.platform, name, [path], chart=self.chart)
         return {"scenario": name, "installed": True, "release": name}

@@ -181,6 +181,12 @@ def console(
         help="Audit log (JSON lines; default: console-audit.jsonl in the work folder, "
         "or in this directory for a cluster platform).",
     ),
+    chart: str | None = typer.Option(
+        None,
+        "--chart",
+        help="With --platform: the chart new scenarios are installed from (as `ectl scenario "
+        "add --chart`; default: the chart packaged with this ectl).",
+    ),
     namespace: str | None = NAMESPACE_OPTION,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -208,7 +214,7 @@ def console(
     else:
         from elasticctr.cli._cluster import ClusterBackend
 
-        backend = ClusterBackend(Target(platform, namespace, kubeconfig, context))
+        backend = ClusterBackend(Target(platform, namespace, kubeconfig, context), chart)
         audit_path = audit or Path("console-audit.jsonl")
     token = os.environ.get(C.ENV_CONSOLE_TOKEN)
     made = token is None and users is None

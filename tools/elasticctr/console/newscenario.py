@@ -31,6 +31,7 @@ from elasticctr.errors import EctlError
 SECTIONS = (
     "global.scenario",
     "global.data",
+    "global.s3",
     "trainer.model",
     "trainer.trainer",
     "trainer.pserver",
