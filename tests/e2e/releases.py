@@ -239,3 +239,20 @@ def local_predictions(
             proc.wait(30)
     assert f"version={version}" in run.stderr, run.stderr
     return [float(x) for x in run.stdout.split()]
+
+
+def s3_secret(kube_cluster, namespace: str, s3, name: str) -> None:
+    """Secret `name` with the S3 server's credentials (global.s3.existingSecret), as a user
+    creates it before installing."""
+    from kubernetes import client
+
+    core_api(kube_cluster).create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=name),
+            string_data={
+                "AWS_ACCESS_KEY_ID": s3.access_key,
+                "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            },
+        ),
+    )

@@ -805,11 +805,9 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     fields, nothing installed; the scenario added from the form alone, its card reaching a
     served version, a prediction; then rolled back and removed by clicking. Prints the time
     from the data path typed to the first prediction."""
-    from kubernetes import client
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+    from tests.browser import Form, chromium
     from tests.s3_fixture import REGION, TEST_BUCKET
 
     from elasticctr.net import free_port, wait_for_port
@@ -822,16 +820,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         check=True, capture_output=True, timeout=600, env={**os.environ, **s3.env},
     )  # fmt: skip
     secret = "promo-s3"
-    releases.core_api(kube_cluster).create_namespaced_secret(
-        NS,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=secret),
-            string_data={
-                "AWS_ACCESS_KEY_ID": s3.access_key,
-                "AWS_SECRET_ACCESS_KEY": s3.secret_key,
-            },
-        ),
-    )
+    releases.s3_secret(kube_cluster, NS, s3, secret)
     shots = Path(os.environ.get("ELASTICCTR_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -842,30 +831,13 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
          "--chart", platform["chart"], "--audit", str(tmp_path / "audit.jsonl")],
         env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1400"):
-        options.add_argument(arg)
     driver = None
     try:
         wait_for_port("127.0.0.1", port, timeout=60, what="ectl console")
-        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        driver = chromium(height=1400)
         wait = WebDriverWait(driver, 120, poll_frequency=0.5)
-
-        def field(path: str):
-            return driver.find_element(By.ID, f"f-{path}")
-
-        def error(path: str) -> str:
-            return driver.find_element(By.ID, f"e-{path}").text
-
-        def put(path: str, text: str) -> None:
-            field(path).clear()
-            field(path).send_keys(text)
-
-        def choose(path: str, value: str) -> None:
-            from selenium.webdriver.support.ui import Select
-
-            Select(field(path)).select_by_value(value)
+        form = Form(driver)
+        field, error, put, choose = form.field, form.error, form.put, form.choose
 
         def served(name: str) -> str | None:
             cards = driver.find_elements(By.ID, f"card-{name}")

@@ -207,16 +207,7 @@ def s3_secret(kube_cluster, namespace: str, s3) -> None:
 
     core = releases.core_api(kube_cluster)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    core.create_namespaced_secret(
-        namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=S3_SECRET),
-            string_data={
-                "AWS_ACCESS_KEY_ID": s3.access_key,
-                "AWS_SECRET_ACCESS_KEY": s3.secret_key,
-            },
-        ),
-    )
+    releases.s3_secret(kube_cluster, namespace, s3, S3_SECRET)
 
 
 def _train(kube_cluster, chart_ref, namespace, sizing, tmp_path, s3, tenant: bool) -> dict:

@@ -130,10 +130,9 @@ def _console(workdir: Path, tmp_path: Path) -> None:
     rolled back and followed again by clicking; the change log; a wrong token refused. Its
     API: no token -> 401; a team's token sees only that team's scenarios (another team's is
     404, as if absent). Screenshots go to $ELASTICCTR_SCREENSHOTS (docs/console/) or tmp."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+    from tests.browser import chromium
 
     link = json.loads((workdir / "quickstart.json").read_text())["endpoints"]["console"]
     base = link.split("/#", 1)[0]
@@ -165,11 +164,7 @@ def _console(workdir: Path, tmp_path: Path) -> None:
         other.terminate()
         other.wait(30)
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = chromium()
     try:
         wait = WebDriverWait(driver, 60, poll_frequency=0.5)
 
@@ -258,16 +253,10 @@ def _new_scenario(driver, wait, workdir: Path, tmp_path: Path, shots: Path) -> N
     name, a name taken and a slot the data lacks show beside their fields; YAML edited by
     hand comes back into the form; adding is refused by the local platform, said why."""
     from selenium.webdriver.common.by import By
+    from tests.browser import Form
 
-    def field(path: str):
-        return driver.find_element(By.ID, f"f-{path}")
-
-    def error(path: str) -> str:
-        return driver.find_element(By.ID, f"e-{path}").text
-
-    def retype(path: str, text: str) -> None:
-        field(path).clear()
-        field(path).send_keys(text)
+    form = Form(driver)
+    field, error, retype = form.field, form.error, form.put
 
     driver.find_element(By.ID, "new-open").click()
     wait.until(lambda d: d.find_elements(By.ID, "f-global.data.path"))
