@@ -94,7 +94,8 @@ function field(path, schema, dflt) {
   let input;
   if (kind === "enum" || kind === "boolean") {
     const options = kind === "enum" ? schema.enum : [true, false];
-    input = el("select", {}, el("option", { value: "" }, `(default: ${shown(dflt)})`),
+    const label = dflt === undefined || dflt === null ? "(default)" : `(default: ${shown(dflt)})`;
+    input = el("select", {}, el("option", { value: "" }, label),
       ...options.map((o) => el("option", { value: String(o) }, String(o))));
   } else {
     input = el("input", { type: "text", autocomplete: "off", spellcheck: "false",
