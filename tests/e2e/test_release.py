@@ -431,54 +431,6 @@ NO_OUTAGE_VALUES = {
 replicas of every cube shard, for test_evictions_and_a_serving_rollout_drop_no_prediction."""
 
 
-class PredictionLoad:
-    """Threads sending predictions to `url` without retries: every answer other than 200
-    and every transport error is a failed request. `http`: httpx.Client arguments."""
-
-    def __init__(
-        self, url: str, lines: list[bytes], http: dict, threads: int = 2, pause: float = 0.05
-    ):
-        import threading
-
-        self.url, self.lines, self.pause, self.http = url, lines, pause, http
-        self.sent = 0
-        self.failed: list[str] = []
-        self.latencies: list[float] = []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
-
-    def _run(self, i: int) -> None:
-        import httpx
-
-        with httpx.Client(timeout=30, **self.http) as c:
-            k = i * 1000
-            while not self.stop.is_set():
-                body = b"\n".join(self.lines[k % len(self.lines) :][:5]) + b"\n"
-                k += 5
-                self.sent += 1
-                t0 = time.monotonic()
-                try:
-                    r = c.post(self.url + "/v1/predict", content=body,
-                               headers={"Content-Type": "text/plain"})  # fmt: skip
-                except httpx.HTTPError as exc:
-                    self.failed.append(f"{time.strftime('%T')} {type(exc).__name__}: {exc}")
-                    continue
-                self.latencies.append(time.monotonic() - t0)
-                if r.status_code != 200:
-                    self.failed.append(f"{time.strftime('%T')} {r.status_code} {r.text[:1000]}")
-                self.stop.wait(self.pause)
-
-    def __enter__(self) -> PredictionLoad:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-
 def retag(image: str, tag: str) -> str:
     """Publish `image` (REGISTRY/NAME:TAG) under another tag of the cluster's registry (the
     registry API: its manifest PUT under the new tag); returns the new reference."""
@@ -562,6 +514,8 @@ def test_evictions_and_a_serving_rollout_drop_no_prediction(kube_cluster, releas
         ln for part in sorted(local.glob("*/*/part-*")) for ln in part.read_bytes().splitlines()
     ]
     took: dict[str, float] = {}
+    from tests.prediction_load import PredictionLoad
+
     with PredictionLoad(url, lines, http) as load:
         time.sleep(3)
         # 1. a cube shard pod, evicted: back (same name, new uid) and ready

@@ -18,6 +18,7 @@ from _cube_procs import ShardProc
 from serving_helpers import ServeProc
 from test_serving import SLOTS, V1, V2, V3
 from tests.conftest import shared_path
+from tests.prediction_load import PredictionLoad
 
 from elasticctr.cube.builder import built_versions
 from elasticctr.cube.client import CubeClient
@@ -26,46 +27,6 @@ from elasticctr.cube.transfer import Transfer
 pytestmark = pytest.mark.integration
 
 SHARDS, REPLICAS = 2, 2
-
-
-class Load:
-    """Client threads sending predictions without pause; every non-200 is a failure."""
-
-    def __init__(self, url: str, lines: list[bytes], threads: int = 4):
-        self.url, self.lines = url, lines
-        self.sent = 0
-        self.failed: list[str] = []
-        self.versions: set[str] = set()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
-
-    def run(self, i: int) -> None:
-        with httpx.Client(timeout=30) as c:
-            k = i
-            while not self.stop.is_set():
-                body = b"\n".join(self.lines[k % len(self.lines) : k % len(self.lines) + 5])
-                k += 7
-                self.sent += 1
-                try:
-                    r = c.post(self.url + "/v1/predict", content=body + b"\n",
-                               headers={"Content-Type": "text/plain"})  # fmt: skip
-                except httpx.HTTPError as exc:
-                    self.failed.append(f"{type(exc).__name__}: {exc}")
-                    continue
-                if r.status_code != 200:
-                    self.failed.append(f"{r.status_code} {r.text[:200]}")
-                else:
-                    self.versions.add(r.json()["version"])
-
-    def __enter__(self) -> Load:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +119,7 @@ def test_a_replica_killed_mid_switch_costs_no_prediction(cube):
     transfer, serve = cube["transfer"], cube["serve"]
     victim = cube["procs"][0][1]
     timings = {}
-    with Load(serve.url, cube["lines"]) as load:
+    with PredictionLoad(serve.url, cube["lines"], threads=4, pause=0) as load:
         time.sleep(1.0)
 
         def killer():
