@@ -205,27 +205,39 @@ def service_monitor_jobs(monitor: dict, sd) -> list[dict]:
         ]  # fmt: skip
         if ep.get("filterRunning", True):
             rules.append(RUNNING_ONLY)
-        for meta_kind, labels in (("service", spec.get("targetLabels")),
-                                  ("pod", spec.get("podTargetLabels"))):  # fmt: skip
-            for label in labels or []:
-                rules.append({
-                    "source_labels": [f"__meta_kubernetes_{meta_kind}_label_{sanitize(label)}"],
-                    "target_label": sanitize(label), "regex": "(.+)", "replacement": "${1}",
-                })  # fmt: skip
+        rules += _label_copies("service", spec.get("targetLabels"))
+        rules += _label_copies("pod", spec.get("podTargetLabels"))
         rules.append({"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job",
                       "replacement": "${1}"})  # fmt: skip
-        if spec.get("jobLabel"):
-            rules.append({
-                "source_labels": [f"__meta_kubernetes_service_label_{sanitize(spec['jobLabel'])}"],
-                "target_label": "job", "regex": "(.+)", "replacement": "${1}",
-            })  # fmt: skip
-        port = ep.get("port") or (str(ep["targetPort"]) if ep.get("targetPort") else "")
-        if port:
-            rules.append({"target_label": "endpoint", "replacement": port})
-        rules += [relabel(r) for r in ep.get("relabelings") or []]
-        cfg["relabel_configs"] = rules
-        jobs.append(_tail(cfg, spec, ep))
+        jobs.append(_finish(cfg, rules, spec, ep, "service"))
     return jobs
+
+
+def _label_copies(meta_kind: str, labels: list[str] | None) -> list[dict]:
+    """targetLabels / podTargetLabels: each label of the service or pod copied when set."""
+    return [
+        {
+            "source_labels": [f"__meta_kubernetes_{meta_kind}_label_{sanitize(label)}"],
+            "target_label": sanitize(label), "regex": "(.+)", "replacement": "${1}",
+        }
+        for label in labels or []
+    ]  # fmt: skip
+
+
+def _finish(cfg: dict, rules: list[dict], spec: dict, ep: dict, meta_kind: str) -> dict:
+    """The rules both monitor kinds end with (jobLabel, the endpoint label, the endpoint's
+    own relabelings), then the job's tail."""
+    if spec.get("jobLabel"):
+        rules.append({
+            "source_labels": [f"__meta_kubernetes_{meta_kind}_label_{sanitize(spec['jobLabel'])}"],
+            "target_label": "job", "regex": "(.+)", "replacement": "${1}",
+        })  # fmt: skip
+    port = ep.get("port") or (str(ep["targetPort"]) if ep.get("targetPort") else "")
+    if port:
+        rules.append({"target_label": "endpoint", "replacement": port})
+    rules += [relabel(r) for r in ep.get("relabelings") or []]
+    cfg["relabel_configs"] = rules
+    return _tail(cfg, spec, ep)
 
 
 def pod_monitor_jobs(monitor: dict, sd) -> list[dict]:
@@ -262,23 +274,9 @@ def pod_monitor_jobs(monitor: dict, sd) -> list[dict]:
             _copy("__meta_kubernetes_pod_container_name", "container"),
             _copy("__meta_kubernetes_pod_name", "pod"),
         ]  # fmt: skip
-        for label in spec.get("podTargetLabels") or []:
-            rules.append({
-                "source_labels": [f"__meta_kubernetes_pod_label_{sanitize(label)}"],
-                "target_label": sanitize(label), "regex": "(.+)", "replacement": "${1}",
-            })  # fmt: skip
+        rules += _label_copies("pod", spec.get("podTargetLabels"))
         rules.append({"target_label": "job", "replacement": name})
-        if spec.get("jobLabel"):
-            rules.append({
-                "source_labels": [f"__meta_kubernetes_pod_label_{sanitize(spec['jobLabel'])}"],
-                "target_label": "job", "regex": "(.+)", "replacement": "${1}",
-            })  # fmt: skip
-        port = ep.get("port") or (str(ep["targetPort"]) if ep.get("targetPort") else "")
-        if port:
-            rules.append({"target_label": "endpoint", "replacement": port})
-        rules += [relabel(r) for r in ep.get("relabelings") or []]
-        cfg["relabel_configs"] = rules
-        jobs.append(_tail(cfg, spec, ep))
+        jobs.append(_finish(cfg, rules, spec, ep, "pod"))
     return jobs
 
 
