@@ -177,6 +177,16 @@ def _console(workdir: Path, tmp_path: Path) -> None:
         assert served("feed") == served("coupon") == VERSIONS[-1]
         card = driver.find_element(By.ID, "card-coupon").text
         assert "quickstart" in card and "wide_deep" in card, card
+        # the card's links into MLflow's UI: the registered model and the training runs
+        mlflow = json.loads((workdir / "quickstart.json").read_text())["endpoints"]["mlflow"]
+        registry = driver.find_element(By.CSS_SELECTOR, "#card-coupon a.registry")
+        assert registry.get_attribute("href") == f"{mlflow}/#/models/elasticctr-coupon"
+        runs = driver.find_element(By.CSS_SELECTOR, "#card-coupon a.runs").get_attribute("href")
+        exp = httpx.get(f"{mlflow}/api/2.0/mlflow/experiments/get-by-name",
+                        params={"experiment_name": "elasticctr-coupon"}).json()  # fmt: skip
+        assert runs == f"{mlflow}/#/experiments/{exp['experiment']['experiment_id']}", runs
+        assert httpx.get(f"{mlflow}/api/2.0/mlflow/registered-models/get",
+                         params={"name": "elasticctr-coupon"}).status_code == 200  # fmt: skip
         driver.save_screenshot(str(shots / "scenarios.png"))
 
         driver.find_element(By.ID, "card-coupon").click()

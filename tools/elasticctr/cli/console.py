@@ -181,6 +181,13 @@ def console(
         help="Audit log (JSON lines; default: console-audit.jsonl in the work folder, "
         "or in this directory for a cluster platform).",
     ),
+    mlflow_ui: str | None = typer.Option(
+        None,
+        "--mlflow-ui",
+        help="MLflow's web UI as the browser reaches it, for the cards' links (default: the "
+        "local platform's MLflow; for --platform its global.mlflow.trackingUri when that is "
+        "an http(s) URL; none else).",
+    ),
     chart: str | None = typer.Option(
         None,
         "--chart",
@@ -211,17 +218,30 @@ def console(
         where = _running_workdir(workdir)
         backend = LocalBackend(where)
         audit_path = audit or Path(where) / "console-audit.jsonl"
+        if mlflow_ui is None:
+            try:
+                mlflow_ui = backend.endpoints.get("mlflow")
+            except EctlError:
+                mlflow_ui = None  # the platform is starting: no state written yet
     else:
         from elasticctr.cli._cluster import ClusterBackend
 
         backend = ClusterBackend(Target(platform, namespace, kubeconfig, context), chart)
         audit_path = audit or Path("console-audit.jsonl")
+        if mlflow_ui is None:
+            tracking = (backend.layers("x")[0].get("global") or {}).get("mlflow") or {}
+            uri = tracking.get("trackingUri") or ""
+            mlflow_ui = uri if uri.startswith(("http://", "https://")) else None
     token = os.environ.get(C.ENV_CONSOLE_TOKEN)
     made = token is None and users is None
     if made:
         token = secrets.token_urlsafe(24)
     server = ConsoleServer(
-        parse_listen(listen), backend, Users.from_file(token, users), Audit(audit_path)
+        parse_listen(listen),
+        backend,
+        Users.from_file(token, users),
+        Audit(audit_path),
+        mlflow_ui=mlflow_ui,
     )
     link = f"{server.url}/#token={token}" if made else server.url
     typer.echo(f"console of platform {backend.platform} on {link} (audit log {audit_path})")

@@ -3,7 +3,8 @@
   GET  /                      the app (static/index.html; static/app.js, new.js, app.css)
   GET  /healthz               200 while the process runs
   GET  /api/me                who the token is: {"user", "teams"} (401 without one)
-  GET  /api/scenarios         {"platform", "scenarios": [status row + "qps", "p99_ms"]}:
+  GET  /api/scenarios         {"platform", "scenarios": [status row + "qps", "p99_ms",
+                              "mlflow": {"registry", "runs"} links into MLflow's UI]}:
                               the caller's teams' scenarios (`scenarios.status_row`)
   GET  /api/scenarios/NAME/versions
                               cube-transfer's versions of NAME (store, retained,
@@ -207,11 +208,57 @@ class Audit:
         return out
 
 
+class MlflowLinks:
+    """Links into MLflow's web UI at `ui` (the address the browser reaches it at): each
+    scenario's registered model (its versions, each with its training run) and its
+    experiment (the runs), the experiment's id asked of MLflow's REST API once."""
+
+    def __init__(self, ui: str | None):
+        self.ui = ui.rstrip("/") if ui else None
+        self._ids: dict[str, str] = {}
+
+    def _experiment_id(self, name: str) -> str | None:
+        if name not in self._ids:
+            import httpx
+
+            try:
+                r = httpx.get(
+                    f"{self.ui}/api/2.0/mlflow/experiments/get-by-name",
+                    params={"experiment_name": name},
+                    timeout=5,
+                )
+                r.raise_for_status()
+                self._ids[name] = r.json()["experiment"]["experiment_id"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                return None  # none yet (no run logged), or MLflow unreachable: asked again
+        return self._ids[name]
+
+    def of(self, name: str) -> dict[str, str]:
+        """{"registry", "runs"} URLs of scenario `name` (what is known)."""
+        if not self.ui:
+            return {}
+        from elasticctr import scenarios
+
+        links = {"registry": f"{self.ui}/#/models/{scenarios.registered_model_name(name)}"}
+        exp = self._experiment_id(scenarios.experiment_name(name))
+        if exp is not None:
+            links["runs"] = f"{self.ui}/#/experiments/{exp}"
+        return links
+
+
 class ConsoleServer(ThreadedServer):
-    def __init__(self, address: tuple[str, int], backend: Backend, users: Users, audit: Audit):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        backend: Backend,
+        users: Users,
+        audit: Audit,
+        mlflow_ui: str | None = None,
+    ):
         self.backend = backend
         self.users = users
         self.audit = audit
+        self.mlflow = MlflowLinks(mlflow_ui)
         self.traffic = Traffic()
         self.profiles = newscenario.Profiles()
         super().__init__(address, _Handler, Limits.from_env(max_body_bytes=MAX_BODY))
@@ -287,6 +334,7 @@ class _Handler(HardenedHandler):
         for r in rows:
             t = traffic.get(r["name"], {})
             r["qps"], r["p99_ms"] = t.get("qps"), t.get("p99_ms")
+            r["mlflow"] = self.server.mlflow.of(r["name"])
         return 200, {"platform": backend.platform, "scenarios": rows, "user": who.user}
 
     def _versions(self, who: Principal, name: str) -> tuple[int, Any]:

@@ -214,7 +214,7 @@ class LocalStack:
                 "console",
                 python_entry(
                     "console", "--local", "--workdir", str(self.workdir),
-                    "--listen", f"{LOOPBACK}:{_port(ep.console)}",
+                    "--listen", f"{LOOPBACK}:{_port(ep.console)}", "--mlflow-ui", ep.mlflow,
                 ),
                 env={C.ENV_CONSOLE_TOKEN: self.tokens["console"]},
                 ready_port=(LOOPBACK, _port(ep.console)),

@@ -72,6 +72,14 @@ function card(r) {
       el("dt", {}, "job / queue"), el("dd", {}, `${r.job} / ${r.queue}`),
     ),
   );
+  const mlflow = r.mlflow || {};
+  if (mlflow.registry || mlflow.runs) {
+    const links = el("p", { class: "links" });
+    if (mlflow.registry) links.append(el("a", { href: mlflow.registry, target: "_blank", rel: "noopener", class: "registry" }, "MLflow registry"));
+    if (mlflow.runs) links.append(" · ", el("a", { href: mlflow.runs, target: "_blank", rel: "noopener", class: "runs" }, "training runs"));
+    links.addEventListener("click", (ev) => ev.stopPropagation()); // a link, not the card
+    node.append(links);
+  }
   if (r.paused) node.append(el("p", { class: "paused" }, "training paused"));
   if (failing) node.append(el("p", { class: "err" }, r.error || r.store_error));
   node.addEventListener("click", () => openDetail(r.name));
