@@ -143,3 +143,12 @@ def test_split_keeps_a_message_without_a_field_whole():
         "message": "give it",
     }
     assert newscenario.split("release x exists: pick another")["path"] == ""
+
+
+def test_credentials_never_reach_the_audit_log():
+    values = {"global": {"data": {"hdfsUgi": "ana,secret", "path": "hdfs://nn/x"}}}
+    assert newscenario.redacted(values) == {
+        "global": {"data": {"hdfsUgi": "(redacted)", "path": "hdfs://nn/x"}}
+    }
+    assert values["global"]["data"]["hdfsUgi"] == "ana,secret"  # the values stay as given
+    assert newscenario.redacted({"trainer": {}}) == {"trainer": {}}

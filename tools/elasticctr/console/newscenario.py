@@ -11,6 +11,7 @@ same function (`elasticctr.cli.scenario.add_scenario`).
   form(chart)                  the sections' schemas and defaults, for the browser
   parse_yaml(text)             a values file's text -> values (a YAML error names its line)
   dump_yaml(values)            values -> the file's text (what the form shows and downloads)
+  redacted(values)             the values without credentials (what the audit log keeps)
   check(values, base, own)     `path: message` problems of the values as they would install
   suggest(path)                profile a sample of the data -> suggested values + the profile
   data_problems(values, prof)  the data path and the slots against the sample's profile
@@ -41,6 +42,8 @@ SECTIONS = (
 schema, every field it has (nested objects included)."""
 SET_BY_PLATFORM = ("global.scenario.platform",)
 """Fields of SECTIONS the console fills in itself (not shown in the form)."""
+SECRET_FIELDS = ("global.data.hdfsUgi",)
+"""Values that hold a credential (the chart puts them into a Secret): never in the audit log."""
 PROFILE_LINES = 20000
 """Lines of the data read to profile it (the newest partition's files first)."""
 LINEAR_BELOW_SAMPLES = 100_000
@@ -99,6 +102,17 @@ def form(chart: Path | None = None) -> dict[str, Any]:
             for path in SECTIONS
         ]
     }
+
+
+def redacted(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with every SECRET_FIELDS value replaced (for the audit log)."""
+    out = copy.deepcopy(values)
+    for dotted in SECRET_FIELDS:
+        *parents, last = dotted.split(".")
+        doc = _dig(out, ".".join(parents)) if parents else out
+        if isinstance(doc, dict) and doc.get(last):
+            doc[last] = "(redacted)"
+    return out
 
 
 def parse_yaml(text: str) -> dict[str, Any]:

@@ -454,7 +454,7 @@ class _Handler(HardenedHandler):
                 problems += newscenario.data_problems(values, self.server.profiles.get(path))
             except EctlError as exc:
                 problems.append(f"global.data.path: {exc.message}")
-        detail = {"values": values}
+        detail = {"values": newscenario.redacted(values)}
         if problems:
             self.server.audit.record(
                 who.user, "add", name, detail, f"refused: {len(problems)} problem(s)"
