@@ -53,3 +53,13 @@ class Form:
 
     def state(self) -> str:
         return self.driver.find_element(self.by.ID, "new-state").text
+
+
+def served(driver, name: str) -> str | None:
+    """The version scenario `name`'s card says is served ("" none yet; None: no card). Read in
+    one script: the cards are drawn anew every refresh, so an element found first may be
+    gone when its attribute is asked."""
+    return driver.execute_script(
+        "const c = document.getElementById(arguments[0]); return c ? c.dataset.served : null",
+        f"card-{name}",
+    )

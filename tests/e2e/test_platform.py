@@ -808,6 +808,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import Form, chromium
+    from tests.browser import served as card_served
     from tests.s3_fixture import REGION, TEST_BUCKET
 
     from elasticctr.net import free_port, wait_for_port
@@ -840,8 +841,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         field, error, put, choose = form.field, form.error, form.put, form.choose
 
         def served(name: str) -> str | None:
-            cards = driver.find_elements(By.ID, f"card-{name}")
-            return cards[0].get_attribute("data-served") if cards else None
+            return card_served(driver, name)
 
         driver.get(f"http://127.0.0.1:{port}/#token=e2e-new")
         wait.until(lambda d: d.find_elements(By.ID, "card-coupon"))

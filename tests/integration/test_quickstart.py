@@ -133,6 +133,7 @@ def _console(workdir: Path, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import chromium
+    from tests.browser import served as card_served
 
     link = json.loads((workdir / "quickstart.json").read_text())["endpoints"]["console"]
     base = link.split("/#", 1)[0]
@@ -168,8 +169,8 @@ def _console(workdir: Path, tmp_path: Path) -> None:
     try:
         wait = WebDriverWait(driver, 60, poll_frequency=0.5)
 
-        def served(name: str) -> str:
-            return driver.find_element(By.ID, f"card-{name}").get_attribute("data-served")
+        def served(name: str) -> str | None:
+            return card_served(driver, name)
 
         driver.get(link)
         wait.until(lambda d: d.find_elements(By.ID, "card-coupon"))

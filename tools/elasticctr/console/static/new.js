@@ -8,6 +8,7 @@
 let newForm = null;    // {sections: [{path, schema, default}]}
 let newValues = {};    // the scenario's values file, as an object
 let checkTimer = null;
+let pathProblems = []; // the data path's, from its last profile: kept until it changes
 
 function getAt(obj, path) {
   let cur = obj;
@@ -105,6 +106,7 @@ function field(path, schema, dflt) {
   input.dataset.path = path;
   input.value = shown(getAt(newValues, path));
   input.addEventListener(kind === "enum" || kind === "boolean" ? "change" : "input", () => {
+    if (path === "global.data.path") pathProblems = [];
     setAt(newValues, path, parse(schema, input.value));
     scheduleCheck();
   });
@@ -137,7 +139,7 @@ function showProblems(problems) {
   document.querySelectorAll("#new .field-error").forEach((p) => { p.textContent = ""; });
   document.querySelectorAll("#new .invalid").forEach((n) => n.classList.remove("invalid"));
   const general = [];
-  for (const p of problems || []) {
+  for (const p of [...pathProblems, ...(problems || [])]) {
     let path = p.path === "(yaml)" ? "yaml" : p.path;
     let target = path ? $(`e-${path}`) : null;
     while (!target && path && path.includes(".")) {
@@ -192,9 +194,11 @@ async function profileData() {
   const { status, doc } = await post("/api/new/profile", { path });
   if (status !== 200) {
     $("new-message").textContent = "";
-    showProblems(doc.problems || [{ path: "", message: (doc.error || {}).message || `HTTP ${status}` }]);
+    pathProblems = doc.problems || [{ path: "", message: (doc.error || {}).message || `HTTP ${status}` }];
+    await checkValues();
     return;
   }
+  pathProblems = [];
   const name = getAt(newValues, "global.scenario.name");
   newValues = doc.values;
   if (name) setAt(newValues, "global.scenario.name", name);
@@ -253,6 +257,7 @@ async function openNew() {
 function closeNew() {
   $("new").hidden = true;
   newValues = {};
+  pathProblems = [];
   $("new-yaml").value = "";
   $("new-slots").hidden = true;
 }
