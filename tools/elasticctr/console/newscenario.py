@@ -36,6 +36,7 @@ SECTIONS = (
     "trainer.model",
     "trainer.trainer",
     "trainer.pserver",
+    "trainer.coordinator.resources",
     "trainer.volcano.queue",
 )
 """What a scenario's owner sets, as paths of the chart's values: each is rendered from its
