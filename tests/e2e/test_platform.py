@@ -878,8 +878,8 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         put("trainer.pserver.resources.limits.cpu", "1")
         put("trainer.pserver.resources.limits.memory", "1Gi")
         # as the other scenarios: the node has the room of this one's guaranteed part and
-        # one trainer only (its sibling coupon borrowed the rest; Volcano did not preempt
-        # coupon's borrowed trainers for a new job whose minimum did not fit: see below)
+        # one trainer only (its sibling coupon borrowed the rest, and the elastic class of
+        # the new job's trainers never preempts: docs/platform.md, Limits)
         put("trainer.coordinator.resources.requests.cpu", f"{COORDINATOR_MILLICPU}m")
         put("trainer.coordinator.resources.requests.memory", "128Mi")
         put("trainer.coordinator.resources.limits.cpu", "500m")
