@@ -670,9 +670,12 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
         kube_cluster, NS, PLATFORM, f"models/scenarios/{name}", old, samples[name], tmp_path,
     )  # fmt: skip
     assert max(abs(a - b) for a, b in zip(deployed, want, strict=True)) <= 2e-6
+    # Serving moves the alias in the background, one MLflow client at a time with its
+    # logging of each served version (whose client retries for minutes on a loaded machine:
+    # 120 s was not enough once, 2026-12-05).
     wait_until(
         "MLflow's serving alias on the rolled-back version",
-        lambda: serving_alias(kube_cluster, name) == old, 120, kube_cluster, NS,
+        lambda: serving_alias(kube_cluster, name) == old, 300, kube_cluster, NS,
     )  # fmt: skip
     feed = predict(kube_cluster, "feed", samples["feed"])
     assert f"version={new}" in feed.stderr, feed.stderr  # the others untouched
@@ -691,7 +694,7 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
     assert f"version={new}" in predict(kube_cluster, name, samples[name]).stderr
     wait_until(
         "MLflow's serving alias back on the newest",
-        lambda: serving_alias(kube_cluster, name) == new, 120, kube_cluster, NS,
+        lambda: serving_alias(kube_cluster, name) == new, 300, kube_cluster, NS,
     )  # fmt: skip
     print(
         f"model rollback {new} -> {old} served by every replica in {rollback_s:.1f} s "
