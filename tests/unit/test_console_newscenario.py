@@ -12,6 +12,7 @@ from elasticctr.cli.scenario import scenario_layers
 from elasticctr.console import newscenario
 from elasticctr.data.generate import GeneratorSpec, generate
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.values import split_problem
 
 pytestmark = pytest.mark.fast
 
@@ -77,7 +78,7 @@ def test_problems_are_validates_at_their_fields():
         },
         "trainer": {"model": {"name": "gbdt"}, "trainer": {"replicas": 1, "minReplicas": 3}},
     }
-    problems = [newscenario.split(p) for p in newscenario.check(bad, *layers("Coupon!"))]
+    problems = [split_problem(p) for p in newscenario.check(bad, *layers("Coupon!"))]
     paths = {p["path"] for p in problems}
     assert {
         "global.scenario.name",
@@ -138,11 +139,11 @@ def test_profiles_are_kept_a_while(hours):
 
 
 def test_split_keeps_a_message_without_a_field_whole():
-    assert newscenario.split("global.data.path: give it") == {
+    assert split_problem("global.data.path: give it") == {
         "path": "global.data.path",
         "message": "give it",
     }
-    assert newscenario.split("release x exists: pick another")["path"] == ""
+    assert split_problem("release x exists: pick another")["path"] == ""
 
 
 def test_credentials_never_reach_the_audit_log():

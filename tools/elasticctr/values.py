@@ -160,7 +160,8 @@ def merge(base: Values, override: Values, *, drop_nulls: bool = True) -> Values:
     return merged
 
 
-def _dig(values: Any, dotted: str, default: Any = None) -> Any:
+def dig(values: Any, dotted: str, default: Any = None) -> Any:
+    """The value at `dotted` (e.g. "global.data.path") of nested mappings, else `default`."""
     node = values
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -173,7 +174,7 @@ def _enabled(values: Values, condition: str | None) -> bool:
     """Helm's `condition`: a missing path means enabled; a non-bool value too."""
     if not condition:
         return True
-    value = _dig(values, condition)
+    value = dig(values, condition)
     return value if isinstance(value, bool) else True
 
 
@@ -302,7 +303,7 @@ def cross_field_problems(values: Values) -> list[str]:
     data = g.get("data") or {}
 
     def on(name: str) -> bool:
-        return bool(_dig(values, f"{name}.enabled", True))
+        return bool(dig(values, f"{name}.enabled", True))
 
     def rule(check) -> None:
         try:
@@ -329,7 +330,7 @@ def cross_field_problems(values: Values) -> list[str]:
                 "trainer.enabled: a scenario release is its training job; it must be true"
             )
     if on("trainer"):
-        t = _dig(values, "trainer.trainer", {})
+        t = dig(values, "trainer.trainer", {})
 
         def min_trainers():
             lo, hi = _int(t["minReplicas"]), _int(t["replicas"])
@@ -342,7 +343,7 @@ def cross_field_problems(values: Values) -> list[str]:
         rule(min_trainers)
 
         def hyperparameters():
-            model = _dig(values, "trainer.model", {})
+            model = dig(values, "trainer.model", {})
             known = model_hyperparameters().get(model.get("name"))
             if known is None:
                 return None  # unknown name: the schema's enum reports it
@@ -369,7 +370,7 @@ def cross_field_problems(values: Values) -> list[str]:
             )
         )
     # Also a platform without a training job creates the classes for its scenarios.
-    pc = _dig(values, "trainer.volcano.priorityClasses", {}) or {}
+    pc = dig(values, "trainer.volcano.priorityClasses", {}) or {}
     rule(
         lambda: (
             (pc["create"] and _int(pc["trainerValue"]) >= _int(pc["guaranteedValue"]))
@@ -419,8 +420,8 @@ def cross_field_problems(values: Values) -> list[str]:
         # (trainer: uploads; cube-transfer and serving: reads, with protectReads).
         if not fileserver or g.get("modelStore"):
             return
-        secret = _dig(values, "fileserver.auth.existingSecret")
-        key = _dig(values, "fileserver.auth.existingSecretKey") if secret else "token"
+        secret = dig(values, "fileserver.auth.existingSecret")
+        key = dig(values, "fileserver.auth.existingSecretKey") if secret else "token"
         why = {
             "trainer": "training uploads model versions to the fileserver with that token",
             "cube": "cube-transfer reads model versions from the fileserver with that token",
@@ -428,10 +429,10 @@ def cross_field_problems(values: Values) -> list[str]:
         }
         for part in ("trainer", "cube", "serving"):
             if not on(part) or (
-                part != "trainer" and not _dig(values, "fileserver.auth.protectReads")
+                part != "trainer" and not dig(values, "fileserver.auth.protectReads")
             ):
                 continue
-            mine = _dig(values, f"{part}.fileserverToken", {})
+            mine = dig(values, f"{part}.fileserverToken", {})
             if secret and mine.get("existingSecret") != secret:
                 problems.append(
                     f"{part}.fileserverToken.existingSecret: must be {secret} like "
@@ -549,7 +550,7 @@ def semantic_problems(values: Values) -> list[str]:
     (`20200231/25` matches `^[0-9]{8}/[0-9]{2}$` but is no date). Values whose format is
     already wrong are left to the schema's message."""
     problems = []
-    data = _dig(values, "global.data", {})
+    data = dig(values, "global.data", {})
     for key in ("startDateHour", "endDateHour"):
         value = data.get(key) if isinstance(data, dict) else None
         if not has_date_hour_shape(value):
@@ -560,6 +561,15 @@ def semantic_problems(values: Values) -> list[str]:
             reason = str(exc).removeprefix(f"{value!r}: ")
             problems.append(f"global.data.{key}: {value} is not a real hour ({reason})")
     return problems
+
+
+def split_problem(problem: str) -> dict[str, str]:
+    """`path: message` -> {"path", "message"} (what `ectl validate -o json` prints and the
+    console shows beside the field); a message that names no values path keeps path ""."""
+    path, sep, message = problem.partition(": ")
+    if not sep or " " in path:
+        return {"path": "", "message": problem}
+    return {"path": path, "message": message}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -213,12 +213,12 @@ class ClusterBackend(_Backend):
         with self._lock:
             return self.transfer.serving_metrics()
 
-    def layers(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """`ectl scenario add`'s values under and over a scenario's file (the platform's
-        values are read once a minute at most: a form checks on every change)."""
+    def platform_values(self) -> dict[str, Any]:
+        """The platform release's values (read once a minute at most: a form checks on
+        every change)."""
         import time
 
-        from elasticctr.cli.scenario import _platform_values, scenario_layers
+        from elasticctr.cli.scenario import _platform_values
 
         now = time.monotonic()
         if self._platform_values is None or now - self._platform_values[0] > 60:
@@ -226,7 +226,13 @@ class ClusterBackend(_Backend):
                 now,
                 _platform_values(self.target, self.platform, self.namespace),
             )
-        return scenario_layers(self._platform_values[1], name, self.platform)
+        return self._platform_values[1]
+
+    def layers(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`ectl scenario add`'s values under and over a scenario's file."""
+        from elasticctr.cli.scenario import scenario_layers
+
+        return scenario_layers(self.platform_values(), name, self.platform)
 
     def add(self, name: str, values_yaml: str) -> dict[str, Any]:
         """`ectl scenario add NAME -f FILE --platform PLATFORM` with the form's YAML as

@@ -229,8 +229,9 @@ def console(
         backend = ClusterBackend(Target(platform, namespace, kubeconfig, context), chart)
         audit_path = audit or Path("console-audit.jsonl")
         if mlflow_ui is None:
-            tracking = (backend.layers("x")[0].get("global") or {}).get("mlflow") or {}
-            uri = tracking.get("trackingUri") or ""
+            from elasticctr.values import dig
+
+            uri = dig(backend.platform_values(), "global.mlflow.trackingUri") or ""
             mlflow_ui = uri if uri.startswith(("http://", "https://")) else None
     token = os.environ.get(C.ENV_CONSOLE_TOKEN)
     made = token is None and users is None

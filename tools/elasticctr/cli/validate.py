@@ -23,11 +23,7 @@ from elasticctr.cli._values import (
     load_user_values,
 )
 from elasticctr.errors import ValidationError
-
-
-def _split(problem: str) -> dict[str, str]:
-    path, sep, message = problem.partition(": ")
-    return {"path": path, "message": message} if sep else {"path": "", "message": problem}
+from elasticctr.values import split_problem
 
 
 def validate(
@@ -90,7 +86,7 @@ def validate(
     report = {
         "files": names,
         "valid": error is None,
-        "problems": [_split(p) for p in (error.problems if error else [])],
+        "problems": [split_problem(p) for p in (error.problems if error else [])],
     }
     if common.print_data(output, report):
         if error:

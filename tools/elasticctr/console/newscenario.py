@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from elasticctr.errors import EctlError
+from elasticctr.values import dig
 
 SECTIONS = (
     "global.scenario",
@@ -50,14 +51,6 @@ PROFILE_LINES = 20000
 LINEAR_BELOW_SAMPLES = 100_000
 """Suggest the linear model below this many samples per hour (deep models need more data
 to beat it; the preemption e2e test's stable-AUC model is the linear one)."""
-
-
-def _dig(doc: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(doc, dict) or part not in doc:
-            return None
-        doc = doc[part]
-    return doc
 
 
 def _schema_at(umbrella: Any, dotted: str) -> dict[str, Any]:
@@ -98,7 +91,7 @@ def form(chart: Path | None = None) -> dict[str, Any]:
             {
                 "path": path,
                 "schema": _without(_schema_at(umbrella, path), path),
-                "default": _dig(defaults, path),
+                "default": dig(defaults, path),
             }
             for path in SECTIONS
         ]
@@ -110,7 +103,7 @@ def redacted(values: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(values)
     for dotted in SECRET_FIELDS:
         *parents, last = dotted.split(".")
-        doc = _dig(out, ".".join(parents)) if parents else out
+        doc = dig(out, ".".join(parents)) if parents else out
         if isinstance(doc, dict) and doc.get(last):
             doc[last] = "(redacted)"
     return out
@@ -160,14 +153,6 @@ def check(values: dict[str, Any], base: dict[str, Any], own: dict[str, Any]) -> 
     from elasticctr import values as chart_values
 
     return chart_values.validate(merged(values, base, own))
-
-
-def split(problem: str) -> dict[str, str]:
-    """`path: message` -> {"path", "message"} (the field the browser shows it beside)."""
-    path, sep, message = problem.partition(": ")
-    if not sep or " " in path:
-        return {"path": "", "message": problem}
-    return {"path": path, "message": message}
 
 
 class Profiles:
@@ -237,7 +222,7 @@ def suggest(path: str, prof: dict[str, Any]) -> dict[str, Any]:
 def data_problems(values: dict[str, Any], prof: dict[str, Any]) -> list[str]:
     """Slots the values name that the data's sample never shows (a typo, or another
     dataset's slot.conf)."""
-    slots = _dig(values, "global.data.slots")
+    slots = dig(values, "global.data.slots")
     if not isinstance(slots, list):
         return []
     seen = {s["slot"] for s in prof["slots"]}

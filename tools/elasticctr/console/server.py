@@ -57,8 +57,9 @@ import yaml
 from elasticctr import constants as C
 from elasticctr.console import newscenario
 from elasticctr.console.traffic import Traffic
-from elasticctr.errors import EctlError
+from elasticctr.errors import EctlError, ValidationError
 from elasticctr.httpd import HardenedHandler, Limits, ThreadedServer
+from elasticctr.values import dig, split_problem
 
 log = logging.getLogger("elasticctr.console")
 
@@ -213,24 +214,33 @@ class MlflowLinks:
     scenario's registered model (its versions, each with its training run) and its
     experiment (the runs), the experiment's id asked of MLflow's REST API once."""
 
+    RETRY_SECONDS = 30.0
+    """After a miss (no run logged yet, or MLflow unreachable) the id is asked again only
+    this much later: the cards refresh every 5 s, each scenario would cost a request."""
+
     def __init__(self, ui: str | None):
         self.ui = ui.rstrip("/") if ui else None
         self._ids: dict[str, str] = {}
+        self._missed: dict[str, float] = {}  # name -> when to ask again
 
     def _experiment_id(self, name: str) -> str | None:
-        if name not in self._ids:
-            import httpx
+        if name in self._ids:
+            return self._ids[name]
+        if time.monotonic() < self._missed.get(name, 0.0):
+            return None
+        import httpx
 
-            try:
-                r = httpx.get(
-                    f"{self.ui}/api/2.0/mlflow/experiments/get-by-name",
-                    params={"experiment_name": name},
-                    timeout=5,
-                )
-                r.raise_for_status()
-                self._ids[name] = r.json()["experiment"]["experiment_id"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                return None  # none yet (no run logged), or MLflow unreachable: asked again
+        try:
+            r = httpx.get(
+                f"{self.ui}/api/2.0/mlflow/experiments/get-by-name",
+                params={"experiment_name": name},
+                timeout=5,
+            )
+            r.raise_for_status()
+            self._ids[name] = r.json()["experiment"]["experiment_id"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            self._missed[name] = time.monotonic() + self.RETRY_SECONDS
+            return None
         return self._ids[name]
 
     def of(self, name: str) -> dict[str, str]:
@@ -397,21 +407,19 @@ class _Handler(HardenedHandler):
             return newscenario.parse_yaml(body["yaml"])
         values = body.get("values", {})
         if not isinstance(values, dict):
-            from elasticctr.errors import ValidationError
-
             raise ValidationError("values", problems=["(yaml): values must be a mapping"])
         return values
 
     def _problems_of(self, who: Principal, values: dict[str, Any]) -> list[str]:
         """Every problem `ectl scenario add` would find before installing, without the
         cluster's own checks (those come with the install)."""
-        name = ((values.get("global") or {}).get("scenario") or {}).get("name") or ""
+        name = dig(values, "global.scenario.name") or ""
         problems = []
         if not name:
             problems.append("global.scenario.name: the new scenario needs a name")
         base, own = self.server.backend.layers(name or "unnamed")
         problems += newscenario.check(values, base, own)
-        team = ((values.get("global") or {}).get("scenario") or {}).get("team") or ""
+        team = dig(values, "global.scenario.team") or ""
         if not who.sees(team):
             problems.append(
                 f"global.scenario.team: {who.user} adds scenarios of team(s) "
@@ -422,33 +430,29 @@ class _Handler(HardenedHandler):
         return problems
 
     def _check(self, who: Principal, body: dict) -> tuple[int, Any]:
-        from elasticctr.errors import ValidationError
-
         try:
             values = self._read_values(body)
         except ValidationError as exc:
-            return 200, {"values": None, "problems": [newscenario.split(p) for p in exc.problems]}
+            return 200, {"values": None, "problems": [split_problem(p) for p in exc.problems]}
         problems = self._problems_of(who, values)
-        path = ((values.get("global") or {}).get("data") or {}).get("path") or ""
+        path = dig(values, "global.data.path") or ""
         prof = self.server.profiles.cached(path) if isinstance(path, str) else None
         if prof is not None:  # slots against the sample profiled already (no new read)
             problems += newscenario.data_problems(values, prof)
         return 200, {
             "values": values,
             "yaml": newscenario.dump_yaml(values),
-            "problems": [newscenario.split(p) for p in problems],
+            "problems": [split_problem(p) for p in problems],
         }
 
     def _create(self, who: Principal, body: dict) -> tuple[int, Any]:
-        from elasticctr.errors import ValidationError
-
         try:
             values = self._read_values(body)
         except ValidationError as exc:
             return 422, _problems(exc.message, exc.problems)
-        name = ((values.get("global") or {}).get("scenario") or {}).get("name") or ""
+        name = dig(values, "global.scenario.name") or ""
         problems = self._problems_of(who, values)
-        path = ((values.get("global") or {}).get("data") or {}).get("path") or ""
+        path = dig(values, "global.data.path") or ""
         if path and not any(p.startswith("global.data.path:") for p in problems):
             try:
                 problems += newscenario.data_problems(values, self.server.profiles.get(path))
@@ -504,7 +508,7 @@ def _problems(message: str, problems: list[str]) -> dict[str, Any]:
     """A 422 answer: the message and every problem beside its field ({"path", "message"})."""
     return {
         "error": {"code": "invalid", "message": message},
-        "problems": [newscenario.split(p) for p in problems],
+        "problems": [split_problem(p) for p in problems],
     }
 
 
