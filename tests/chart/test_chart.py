@@ -13,6 +13,7 @@ import yaml
 from chart_helpers import CHART, KUBE_VERSIONS, REPO, render, run, values_files
 
 from elasticctr import values as chart_values
+from elasticctr.values import PLATFORM_PARTS
 
 pytestmark = pytest.mark.chart
 
@@ -258,7 +259,7 @@ AGREEMENT_CASES = [
     # A scenario release: only its training job, the platform serves it.
     {
         "global": {"scenario": {"name": "coupon", "platform": "ctr"}},
-        **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+        **{part: {"enabled": False} for part in PLATFORM_PARTS},
     },
     {"global": {"scenario": {"name": "coupon", "platform": "ctr"}}, "trainer": {"enabled": False}},
     {  # no platform: the stores the platform would give must be named for its rules
@@ -268,7 +269,7 @@ AGREEMENT_CASES = [
             "modelStore": "hdfs://nn:8020/m",
             "mlflow": {"trackingUri": "http://mlflow:5000"},
         },
-        **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+        **{part: {"enabled": False} for part in PLATFORM_PARTS},
     },
     {
         "fileserver": {"enabled": False},

@@ -67,7 +67,7 @@ def test_typos_in_our_own_globals_still_fail_as_a_subchart(helm, parent_chart):
 
 
 # Every workload's own values key (the umbrella's test pod: `tests`).
-PARTS = ("trainer", "fileserver", "mlflow", "cube", "serving", "tests")
+PARTS = ("trainer", "fileserver", "mlflow", "cube", "serving", "console", "tests")
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -127,7 +127,7 @@ def test_every_workload_takes_every_pod_setting(every_setting_render):
     _, docs = every_setting_render
     pods = [p for d in docs for p in _pods(d)]
     names = {name.split("/")[0] for name, _ in pods}
-    assert len(pods) == 9, names  # 3 job tasks, 4 Deployments, 1 StatefulSet, the test pod
+    assert len(pods) == 10, names  # 3 job tasks, 5 Deployments, 1 StatefulSet, the test pod
     accounts = {}
     for name, pod in pods:
         meta, spec = pod["metadata"], pod["spec"]
@@ -154,6 +154,7 @@ def test_every_workload_takes_every_pod_setting(every_setting_render):
         "sa-cube",
         "sa-cube-transfer",
         "sa-serving",
+        "sa-console",
         "sa-tests",
     }, accounts
     created = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
@@ -272,7 +273,7 @@ def test_publish_records_a_values_file_that_pins_every_image_by_digest(helm, tmp
     """publish.sh's digests record -> `meta.py digest-values` (what publish.sh writes as
     elasticctr-<version>.digests-values.yaml) -> every pod pulls its image by digest."""
     meta = REPO / "scripts" / "images" / "meta.py"
-    images = ("train", "serving", "cube", "fileserver", "mlflow")
+    images = ("train", "serving", "cube", "fileserver", "mlflow", "console")
     digests = {i: "sha256:" + f"{n:x}" * 64 for n, i in enumerate(images, start=1)}
     record = {
         "registry": "127.0.0.1:5000",

@@ -21,6 +21,7 @@ PORTS = {
     "cube": C.CUBE_PORT,
     "cubeTransfer": C.CUBE_TRANSFER_PORT,
     "serving": C.SERVING_PORT,
+    "console": C.CONSOLE_PORT,
 }
 
 

@@ -92,10 +92,32 @@ def ectl(kube_cluster, *args: str, timeout: float = 300, env: dict | None = None
     return releases.run_ectl(kube_cluster, NS, *args, timeout=timeout, env=env, check=check)
 
 
+CONSOLE_S3 = "console-s3"
+"""The console's own S3 credentials (it profiles new scenarios' data on the cluster's S3)."""
+
+
 @pytest.fixture(scope="module")
-def platform(kube_cluster, published, tmp_path_factory):
-    """The installed platform; it and every scenario are uninstalled at the end."""
+def platform(kube_cluster, published, cluster_s3, tmp_path_factory):
+    """The installed platform (its console included, as the chart deploys it by default,
+    with credentials for the cluster's S3); it and every scenario are uninstalled at the end."""
+    from kubernetes import client
+    from tests.s3_fixture import REGION
+
     tmp = tmp_path_factory.mktemp("platform")
+    with contextlib.suppress(client.ApiException):  # made before its install: the Secret
+        releases.core_api(kube_cluster).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=NS))
+        )
+    releases.s3_secret(kube_cluster, NS, cluster_s3, CONSOLE_S3)
+    s3_env = [
+        {"name": "AWS_ENDPOINT_URL", "value": cluster_s3.endpoint},
+        {"name": "AWS_REGION", "value": REGION},
+        {"name": "ELASTICCTR_S3_PATH_STYLE", "value": "true"},
+        *(
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": CONSOLE_S3, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ),
+    ]
     values = tmp / "platform.yaml"
     values.write_text(
         json.dumps(
@@ -112,6 +134,7 @@ def platform(kube_cluster, published, tmp_path_factory):
                     "content": {"guarantee": {"cpu": "500m", "memory": "2Gi"}},
                 },
                 "tests": {"enabled": False},
+                "console": {"extraEnv": s3_env},
             }
         )
     )
@@ -803,18 +826,24 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     kube_cluster, platform, cluster_s3, tmp_path
 ):
     """Issue 28: a new user's path from data on S3 to a served prediction, in Debian's
-    Chromium on `ectl console --platform`, without writing YAML: the path profiled into
-    slots, first hour and model; a path without data and a name taken shown beside their
-    fields, nothing installed; the scenario added from the form alone, its card reaching a
-    served version, a prediction; then rolled back and removed by clicking. Prints the time
-    from the data path typed to the first prediction."""
+    Chromium on the console the chart deploys with the platform (opened as users do, with
+    `ectl port-forward console`, whose link signs in), without writing YAML: the path
+    profiled into slots, first hour and model by the console's pod; a path without data and
+    a name taken shown beside their fields, nothing installed; the scenario added from the
+    form alone (helm in the console's pod, with its service account's rights), its card
+    reaching a served version, a prediction; then rolled back and removed by clicking, each
+    change in the console's change log. Prints the time from the data path typed to the
+    first prediction."""
+    import re
+
+    import httpx
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import Form, chromium
     from tests.browser import served as card_served
     from tests.s3_fixture import REGION, TEST_BUCKET
 
-    from elasticctr.net import free_port, wait_for_port
+    from elasticctr.net import free_port
 
     s3 = cluster_s3
     data = f"s3://{TEST_BUCKET}/{NS}/{NEW}"
@@ -828,16 +857,26 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     shots = Path(os.environ.get("ELASTICCTR_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = {**releases.kube_env(kube_cluster), **s3.env, "ELASTICCTR_CONSOLE_TOKEN": "e2e-new"}
-    log = (tmp_path / "console.log").open("w")
+    log = (tmp_path / "port-forward.log").open("w")
     proc = subprocess.Popen(
-        [*ECTL, "console", "--platform", PLATFORM, "-n", NS, "--listen", f"127.0.0.1:{port}",
-         "--chart", platform["chart"], "--audit", str(tmp_path / "audit.jsonl")],
-        env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        [*ECTL, "port-forward", "console", "-R", PLATFORM, "-n", NS, "-p", str(port)],
+        env=releases.kube_env(kube_cluster), stdout=log, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     driver = None
     try:
-        wait_for_port("127.0.0.1", port, timeout=60, what="ectl console")
+        wait_until(
+            "the console's link",
+            lambda: "#token=" in (tmp_path / "port-forward.log").read_text(),
+            120, kube_cluster, NS,
+        )  # fmt: skip
+        printed = (tmp_path / "port-forward.log").read_text()
+        link = re.search(r"(http://127\.0\.0\.1:\d+/#token=\S+)", printed).group(1)
+        token = link.split("#token=")[1]
+        assert link.startswith(f"http://127.0.0.1:{port}/"), printed
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}/api", timeout=120,
+                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        assert httpx.get(f"http://127.0.0.1:{port}/api/me").status_code == 401
+        assert api.get("/me").json()["teams"] == ["*"]
         driver = chromium(height=1400)
         wait = WebDriverWait(driver, 120, poll_frequency=0.5)
         form = Form(driver)
@@ -846,7 +885,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         def served(name: str) -> str | None:
             return card_served(driver, name)
 
-        driver.get(f"http://127.0.0.1:{port}/#token=e2e-new")
+        driver.get(link)
         wait.until(lambda d: d.find_elements(By.ID, "card-coupon"))
         t0 = time.monotonic()
         driver.find_element(By.ID, "new-open").click()
@@ -924,16 +963,20 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
             f"in {served_s:.1f} s, first prediction in {predicted_s:.1f} s (goal 600 s)"
         )
         assert predicted_s < 600
+        # every change in the console's change log (on its claim, in the pod)
+        entries = [
+            (e["action"], e["outcome"][:7])
+            for e in api.get("/audit").json()["entries"][::-1]
+            if e["scenario"] == NEW
+        ]
+        assert entries == [("add", "done"), ("rollback", "done"), ("remove", "done")], entries
     finally:
         if driver is not None:
             driver.quit()
         proc.terminate()
         proc.wait(30)
         log.close()
-        print((tmp_path / "console.log").read_text()[-3000:])
-    entries = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [(e["action"], e["outcome"][:7]) for e in entries] == [
-        ("add", "done"),
-        ("rollback", "done"),
-        ("remove", "done"),
-    ], entries
+        logs = releases.run_ectl(
+            kube_cluster, NS, "logs", "console", "-R", PLATFORM, "--tail", "60", check=False
+        )
+        print(logs.stdout[-3000:], logs.stderr[-1000:])

@@ -12,6 +12,7 @@ import yaml
 
 from elasticctr import values as V
 from elasticctr.errors import EctlError, ValidationError
+from elasticctr.values import PLATFORM_PARTS
 
 pytestmark = pytest.mark.fast
 
@@ -32,6 +33,7 @@ def test_chart_loads_umbrella_and_every_subchart(chart):
         "mlflow",
         "cube",
         "serving",
+        "console",
     ]
     for sub in chart.subcharts:
         assert sub.condition == f"{sub.name}.enabled"
@@ -114,8 +116,8 @@ def test_schema_problems_are_paths_with_actionable_messages(chart):
 
 def test_unknown_top_level_key_is_reported(chart):
     assert V.validate({"trainers": {}}, chart) == [
-        "trainers: unknown key (allowed: cube, fileserver, global, mlflow, serving, teams, tests, "
-        "trainer)"
+        "trainers: unknown key (allowed: console, cube, fileserver, global, mlflow, serving, "
+        "teams, tests, trainer)"
     ]
     # The umbrella's schema knows `common` (Helm hands the library the globals), but it
     # takes no values: never offered, and anything set in it is refused.
@@ -177,7 +179,7 @@ RULES = [
                 "modelStore": "hdfs://nn:8020/m",
                 "mlflow": {"trackingUri": "http://mlflow:5000"},
             },
-            **{part: {"enabled": False} for part in ("fileserver", "mlflow", "cube", "serving")},
+            **{part: {"enabled": False} for part in PLATFORM_PARTS},
         },
         "global.scenario.platform: required with global.scenario.name (the platform release "
         "that serves the scenario; ectl scenario add --platform sets it)",

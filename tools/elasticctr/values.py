@@ -75,6 +75,11 @@ class Umbrella:
     libraries: tuple[str, ...] = ()  # dependencies that are library charts (`common`)
 
 
+# The parts only a platform release runs; a scenario release turns them off (the chart's
+# elasticctr.validateValues lists the same).
+PLATFORM_PARTS = ("fileserver", "mlflow", "cube", "serving", "console")
+
+
 def read_yaml_mapping(path: Path, what: str = "values file") -> Values:
     """A YAML file whose top level is a mapping (empty file = {}).
 
@@ -318,7 +323,7 @@ def cross_field_problems(values: Values) -> list[str]:
     # A scenario of a platform release uses the platform's fileserver and MLflow.
     on_platform = bool(sc.get("name") and sc.get("platform"))
     if sc.get("name"):
-        parts = [p for p in ("fileserver", "mlflow", "cube", "serving") if on(p)]
+        parts = [p for p in PLATFORM_PARTS if on(p)]
         if parts:
             problems.append(
                 "global.scenario.name: a scenario release runs only its training job (its "

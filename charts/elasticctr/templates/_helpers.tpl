@@ -20,7 +20,7 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- $onPlatform := and $g.scenario.name $g.scenario.platform -}}
 {{- if $g.scenario.name -}}
   {{- $parts := list -}}
-  {{- range $part := list "fileserver" "mlflow" "cube" "serving" -}}
+  {{- range $part := list "fileserver" "mlflow" "cube" "serving" "console" -}}
     {{- if (index $v $part).enabled -}}{{- $parts = append $parts $part -}}{{- end -}}
   {{- end -}}
   {{- if $parts -}}

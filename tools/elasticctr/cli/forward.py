@@ -2,7 +2,7 @@
 
 A local TCP listener whose connections are tunnelled, one Kubernetes port-forward stream
 each, to a ready pod behind the release's Service (serving, mlflow, fileserver,
-coordinator, cube-transfer). `ectl predict --url` then talks to the printed address; other
+coordinator, cube-transfer, console). `ectl predict --url` then talks to the printed address; other
 code uses `forward_service()` directly. Owns the tunnel only, not what runs through it.
 """
 
@@ -34,7 +34,7 @@ from elasticctr.cli.status import COMPONENT_LABEL, INSTANCE_LABEL, LABEL_OF
 from elasticctr.constants import ENV_SERVING_URL
 from elasticctr.errors import EctlError
 
-SERVICES = ("serving", "mlflow", "fileserver", "coordinator", "cube-transfer", "cube")
+SERVICES = ("serving", "mlflow", "fileserver", "coordinator", "cube-transfer", "cube", "console")
 
 
 def _ready(pod) -> bool:
@@ -205,6 +205,44 @@ def forward_service(
         api.close()
 
 
+def console_token(target: Target) -> str | None:
+    """The administrator token of the release's console: the Secret its pod's
+    $ELASTICCTR_CONSOLE_TOKEN comes from (the chart's own, or `console.auth.existingSecret`);
+    None when the caller may not read it."""
+    import base64
+
+    from kubernetes import client
+
+    from elasticctr.constants import ENV_CONSOLE_TOKEN
+
+    namespace = target.resolved_namespace()
+    api = common.kube_api_client(target)
+    try:
+        core = client.CoreV1Api(api)
+        selector = f"{INSTANCE_LABEL}={target.release},{COMPONENT_LABEL}=console"
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        ).items
+        refs = [
+            e.value_from.secret_key_ref
+            for p in pods
+            for c in p.spec.containers
+            for e in c.env or []
+            if e.name == ENV_CONSOLE_TOKEN and e.value_from and e.value_from.secret_key_ref
+        ]
+        if not refs:
+            return None
+        secret = core.read_namespaced_secret(
+            refs[0].name, namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+        raw = (secret.data or {}).get(refs[0].key)
+        return base64.b64decode(raw).decode() if raw else None
+    except Exception:  # forbidden or gone: the link without the token
+        return None
+    finally:
+        api.close()
+
+
 def _component(value: str) -> str:
     if value not in SERVICES:
         raise typer.BadParameter(f"choose one of {', '.join(SERVICES)}")
@@ -261,6 +299,8 @@ def port_forward(
       ectl port-forward mlflow -p 5000          # then open http://127.0.0.1:5000
 
       ectl port-forward fileserver -- curl -s {url}/healthz
+
+      ectl port-forward console                 # prints a link that signs in
     """
     target = Target(release, namespace, kubeconfig, context)
     with forward_service(target, component, local_port) as url:
@@ -269,7 +309,19 @@ def port_forward(
             if code:
                 raise typer.Exit(code)
             return
-        console.print(f"{component} of {release}: [bold]{url}[/bold] (Ctrl-C stops)")
+        link = url
+        if component == "console":
+            token = console_token(target)
+            link = f"{url}/#token={token}" if token else url
+            if not token:
+                console.print(
+                    "(the console's token Secret is not readable with this kubeconfig: "
+                    "sign in with a token from your platform's administrator)",
+                    style="yellow",
+                )
+        console.print(
+            f"{component} of {release}: [bold]{link}[/bold] (Ctrl-C stops)", soft_wrap=True
+        )
         try:
             threading.Event().wait()
         except KeyboardInterrupt:

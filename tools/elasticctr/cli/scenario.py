@@ -55,6 +55,7 @@ from elasticctr.cli._values import (
 )
 from elasticctr.cli.release import CHART_OPTION, TIMEOUT_OPTION, WAIT_OPTION
 from elasticctr.errors import EctlError
+from elasticctr.values import PLATFORM_PARTS
 
 scenario_app = typer.Typer(
     help=(
@@ -70,7 +71,6 @@ scenario_app = typer.Typer(
 PLATFORM_OPTION = typer.Option(
     "elasticctr", "--platform", "-P", help="The platform release (same namespace)."
 )
-PLATFORM_PARTS = ("fileserver", "mlflow", "cube", "serving")
 QUEUES = ("scheduling.volcano.sh", "v1beta1", "queues")
 STORE_OPTION = typer.Option(
     None,

@@ -42,8 +42,8 @@ VOLCANO_TASK_LABEL = C.VOLCANO_TASK_LABEL
 VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
 
 COMPONENTS = ("trainer", "pserver", "coordinator", "fileserver", "cube-transfer", "serving")
-"""What `ectl logs` accepts (ElasticCTR's -l); `cube` and `mlflow` work too."""
-EXTRA_COMPONENTS = ("cube", "mlflow")
+"""What `ectl logs` accepts (ElasticCTR's -l); `cube`, `mlflow` and `console` work too."""
+EXTRA_COMPONENTS = ("cube", "mlflow", "console")
 
 # HTTP paths of the release's own services, read through the API server's service proxy.
 COORDINATOR_PROGRESS_PATH = "v1/progress"

@@ -6,7 +6,7 @@ CUBE_TRANSFER_PORT, SERVING_PORT), which tests/chart/test_ports.py keeps equal a
 no other template spells out. Arg: the port's name, one of the keys below.
 */}}
 {{- define "elasticctr.port" -}}
-{{- $ports := dict "fileserver" 8080 "mlflow" 5000 "cube" 8500 "cubeTransfer" 8510 "serving" 8600 -}}
+{{- $ports := dict "fileserver" 8080 "mlflow" 5000 "cube" 8500 "cubeTransfer" 8510 "serving" 8600 "console" 8700 -}}
 {{- if not (hasKey $ports .) -}}
 {{- fail (printf "elasticctr.port: no port named %q (known: %s)" . (keys $ports | sortAlpha | join ", ")) -}}
 {{- end -}}
