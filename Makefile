@@ -57,7 +57,8 @@ test-fast: venv lint  ## quick unit subset
 dockerd:  ## install Debian's docker.io when missing and start dockerd when none answers
 	@scripts/images/dockerd.sh >/dev/null
 
-images: venv  ## build every image the chart runs (cached; docs/images.md)
+# tools: the console image ships `make tools`' helm (.tools/bin/helm).
+images: venv tools  ## build every image the chart runs (cached; docs/images.md)
 	@scripts/images/build.sh
 
 publish: images tools  ## push the images and the chart to REGISTRY=HOST:PORT (docs/images.md)

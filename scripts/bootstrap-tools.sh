@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 
-HELM_VERSION=v3.19.5
+# helm's version and link flags: scripts/helm-version.sh (the console image builds the same).
+# shellcheck source=helm-version.sh
+source "$ROOT/scripts/helm-version.sh"
 KUBECONFORM_VERSION=v0.7.0
 # helm-unittest v1.0.1 fails `go install` here (checksum database has no record of it: 404);
 # v1.0.0 verifies and builds with plain `go install`.
@@ -24,11 +26,12 @@ mkdir -p "$BIN" "$CACHE"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 # go_tool NAME VERSION PACKAGE [LDFLAGS]: build once into $CACHE/NAME-VERSION, link into .tools/bin
+# (CGO_ENABLED=0 go_tool ...: a static build, cached apart from a cgo one).
 go_tool() {
   local name=$1 version=$2 pkg=$3 ldflags=${4:-}
   # The cache key includes the ldflags: a changed version stamp means a new build.
   local cached
-  cached="$CACHE/$name-$version-$(printf '%s' "$ldflags" | sha256sum | cut -c1-8)"
+  cached="$CACHE/$name-$version-$(printf '%s' "$ldflags${CGO_ENABLED:+ CGO_ENABLED=$CGO_ENABLED}" | sha256sum | cut -c1-8)"
   if [ ! -x "$cached" ]; then
     echo "building $name $version from Go modules ..." >&2
     local tmp
@@ -42,11 +45,9 @@ go_tool() {
 
 command -v go >/dev/null || { echo "bootstrap-tools: Go is required (go not on PATH)" >&2; exit 1; }
 
-# Like helm's Makefile, stamp the Kubernetes version of its client-go (else `helm template`
-# and `helm lint` assume v1.20 and reject charts with kubeVersion >=1.25).
-HELM_K8S_MINOR=34
-go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
+# Version-stamped like helm's Makefile (scripts/helm-version.sh) and static like its releases:
+# build.sh copies this very binary into the console image.
+CGO_ENABLED=0 go_tool helm "$HELM_VERSION" "$HELM_PACKAGE" "$HELM_LDFLAGS"
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
   "-s -w -X main.version=$KUBECONFORM_VERSION"
 go_tool helm-unittest "$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest \

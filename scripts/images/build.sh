@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make images`: build every image the chart runs from this checkout (docs/images.md).
-#   scripts/images/build.sh [IMAGE ...]    default: train serving cube fileserver mlflow
+#   scripts/images/build.sh [IMAGE ...]    default: train serving cube fileserver mlflow console
 # Steps, each cached so a warm run does nothing and a Python change rebuilds one layer:
 #   1. dockerd (scripts/images/dockerd.sh) and the Debian base image (scripts/images/base.sh)
 #   2. the wheelhouse (scripts/images/wheelhouse.sh): every wheel the images install,
@@ -8,7 +8,8 @@
 #      manylinux x86_64, cached in
 #      $CACHE/wheelhouse-<hash of the layer lists, constraints.txt and the target platform>
 #   3. the project wheel (uv build, offline from the wheelhouse; it carries the chart),
-#      cached by a hash of tools/ and charts/elasticctr
+#      cached by a hash of tools/ and charts/elasticctr; the native code; helm for the
+#      console image: `make tools`' .tools/bin/helm (static, scripts/helm-version.sh's version)
 #   4. `docker build --target <image>` of images/Dockerfile with BuildKit, tagged
 #      <global.image.repository>/elasticctr-<image>:<chart appVersion>
 #   5. a CycloneDX SBOM per image: $CACHE/sbom/elasticctr-<image>-<tag>.cdx.json, remade
@@ -22,7 +23,7 @@ PY="$ROOT/.venv/bin/python"
 [ -x "$PY" ] || { echo "build.sh: run \`make venv\` first" >&2; exit 1; }
 mkdir -p "$CACHE"
 
-ALL=(train serving cube fileserver mlflow)
+ALL=(train serving cube fileserver mlflow console)
 if [ $# -gt 0 ]; then WANT=("$@"); else WANT=("${ALL[@]}"); fi
 for image in "${WANT[@]}"; do
   [[ " ${ALL[*]} " == *" $image "* ]] || { echo "build.sh: unknown image $image (one of: ${ALL[*]})" >&2; exit 2; }
@@ -93,6 +94,25 @@ pyinc=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["incl
 [ -f "$pyinc/Python.h" ] || { echo "build.sh: Debian's Python headers are needed to build cubefast.c (apt-get install python3-dev)" >&2; exit 1; }
 "$cc" -O2 -std=gnu11 -shared -fPIC -I"$pyinc" -o "$CTX/native/cubefast.so" tools/elasticctr/cube/cubefast.c \
   || { echo "build.sh: building cubefast.c failed" >&2; exit 1; }
+
+# --- 3c. helm for the console image (pyhelm3 runs it) -----------------------------------
+# The binary `make tools` built from its Go module (scripts/bootstrap-tools.sh): the same
+# version and link flags as the Dockerfile's helm-source stage (scripts/helm-version.sh),
+# static (CGO_ENABLED=0), so it runs on the image's libc or none.
+if [[ " ${WANT[*]} " == *" console "* ]]; then
+  # shellcheck source=../helm-version.sh
+  source scripts/helm-version.sh
+  helm_bin=$(readlink -f .tools/bin/helm 2>/dev/null || true)
+  [ -n "$helm_bin" ] && [ -x "$helm_bin" ] \
+    || { echo "build.sh: .tools/bin/helm is missing (the console image ships it): run \`make tools\`" >&2; exit 1; }
+  helm_version=$("$helm_bin" version --template '{{.Version}}' 2>/dev/null || true)
+  [ "$helm_version" = "$HELM_VERSION" ] \
+    || { echo "build.sh: .tools/bin/helm is ${helm_version:-not runnable}, not $HELM_VERSION (scripts/helm-version.sh): run \`make tools\`" >&2; exit 1; }
+  ! readelf -l "$helm_bin" 2>/dev/null | grep -q 'Requesting program interpreter' \
+    || { echo "build.sh: $helm_bin is dynamically linked (the image needs a static helm): run \`make tools\` (it builds helm with CGO_ENABLED=0)" >&2; exit 1; }
+  mkdir -p "$CTX/helm"
+  cp "$helm_bin" "$CTX/helm/helm"
+fi
 
 # --- 4. images ----------------------------------------------------------------------------
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)

@@ -15,7 +15,8 @@
 
 Layer lists come from pyproject.toml's dependency groups; build.sh pins each layer's list
 within constraints.txt (uv pip compile). `paddle` is what the train and serve extras share,
-so train and serving share that layer.
+so train and serving share that layer; `kube` (the console's kubernetes client and pyhelm3)
+sits on core, beside cube.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "elasticctr"
-# Image name suffix -> the chart's values key holding `image.name` (mlflow: subchart too).
-IMAGES = ("train", "serving", "cube", "fileserver", "mlflow")
+# Image name suffix -> the chart's values key holding `image.name` (mlflow, console:
+# subcharts too).
+IMAGES = ("train", "serving", "cube", "fileserver", "mlflow", "console")
 VALUES_KEY = {"train": "trainer"}  # the others: the suffix itself
 
 
@@ -58,6 +60,9 @@ def layers() -> dict[str, list[str]]:
         "train": [r for r in extras["train"] if r not in shared],
         "serve": [r for r in extras["serve"] if r not in shared],
         "cube": extras["cube"],
+        # The console's cluster side: the Kubernetes API client and pyhelm3 (which runs the
+        # image's helm binary).
+        "kube": extras["kube"],
         "mlflow": extras["mlflow"],
         # Only for building the project wheel on the host (pip wheel, build isolation).
         "build": build,
@@ -71,6 +76,7 @@ STACK = {
     "train": ["core", "paddle", "train"],
     "serve": ["core", "paddle", "serve"],
     "cube": ["core", "cube"],
+    "kube": ["core", "kube"],
     "mlflow": ["mlflow"],
     "build": ["build"],
 }
@@ -89,7 +95,9 @@ def link(pinned: Path, wheelhouse: Path, out: Path) -> list[str]:
 
 def pins(path: Path) -> set[tuple[str, str]]:
     text = path.read_text()
-    return {(canonicalize_name(n), v) for n, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
+    return {
+        (canonicalize_name(n), v) for n, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)
+    }
 
 
 def wheels(folder: Path) -> dict[tuple[str, str], Path]:

@@ -19,7 +19,7 @@ case "$ARCH" in
   arm64 | aarch64) machine=aarch64 ;;
   *) echo "wheelhouse.sh: no wheels for architecture $ARCH (amd64 or arm64)" >&2; exit 2 ;;
 esac
-LAYERS=(core paddle train serve cube mlflow build)
+LAYERS=(core paddle train serve cube kube mlflow build)
 mkdir -p "$DIR/req"
 IN=$(mktemp -d)
 trap 'rm -rf "$IN"' EXIT

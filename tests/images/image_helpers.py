@@ -12,7 +12,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
-IMAGES = ("train", "serving", "cube", "fileserver", "mlflow")
+IMAGES = ("train", "serving", "cube", "fileserver", "mlflow", "console")
 
 
 def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:

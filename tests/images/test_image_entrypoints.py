@@ -1,12 +1,14 @@
 """Every image's entry points run inside a container of the built image: `ectl --version`,
 each role's `--help`, and an import of every module the role's entry points reach (read from
 the source by reach.py), plus what each image must be: non-root, OCI labels, tag = the
-chart's appVersion, the shared Paddle layer, the right packages and nothing more."""
+chart's appVersion, the shared Paddle and core layers, the right packages and nothing more;
+the console image's helm (scripts/helm-version.sh's version, run by pyhelm3)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -28,6 +30,7 @@ ROLES = {
     "serving": [("serve",), ("predict",)],
     "cube": [("cube", "server"), ("cube", "transfer")],
     "fileserver": [("fileserver",)],
+    "console": [("console",)],
 }
 # The command function behind each role (module elasticctr.cli.<module>, function).
 FUNCTIONS = {
@@ -39,6 +42,7 @@ FUNCTIONS = {
     ("cube", "server"): ("cube", "server"),
     ("cube", "transfer"): ("cube", "transfer"),
     ("fileserver",): ("fileserver", "fileserver"),
+    ("console",): ("console", "console"),
 }
 # Distribution names of import names that differ.
 DIST = {"yaml": "pyyaml", "paddle": "paddlepaddle", "hdfs_native": "hdfs-native"}
@@ -122,9 +126,55 @@ def test_cube_image_ships_the_native_lookup_path(docker, images):
 
 
 def test_default_command_prints_help(docker, images):
-    for image in ("train", "cube"):
+    for image in ("train", "cube", "console"):
         done = docker.run(images[image])
         assert done.returncode == 0 and "Usage: ectl" in done.stdout, done.stderr
+    done = docker.run(images["console"])
+    assert "Usage: ectl console" in done.stdout, done.stdout
+
+
+def _helm_version() -> str:
+    """HELM_VERSION of scripts/helm-version.sh: what `make tools` and the images build."""
+    text = (REPO / "scripts" / "helm-version.sh").read_text()
+    (version,) = re.findall(r"^HELM_VERSION=(v\S+)$", text, re.M)
+    return version
+
+
+def test_console_image_runs_helm(docker, images):
+    """pyhelm3 shells out to `helm` on PATH: the image has the static helm of
+    scripts/helm-version.sh's version at /opt/elasticctr/bin/helm, run as uid 10001."""
+    done = docker.run(
+        images["console"], "-c", "id -u; id -g; command -v helm; helm version --short",
+        options=("--entrypoint", "sh"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    uid, gid, path, version = done.stdout.split()
+    assert (uid, gid, path) == ("10001", "10001", "/opt/elasticctr/bin/helm")
+    assert version == _helm_version() == "v3.19.5"
+
+
+# Run by `python -c` in the console image: its venv has the kube extra, and ectl's helm
+# lookup and pyhelm3 find the image's helm and run it (`helm show chart` of the chart the
+# wheel carries, which the console installs new scenarios from).
+CONSOLE_KUBE_CHECK = (
+    "import asyncio, os\n"
+    "import kubernetes, pyhelm3\n"
+    "from elasticctr.cli._common import find_helm\n"
+    "from elasticctr.constants import chart_dir\n"
+    "helm = find_helm(None)\n"
+    "chart = asyncio.run(pyhelm3.Client(executable=helm).get_chart(chart_dir()))\n"
+    "print(os.getuid(), helm, chart.metadata.name, chart.metadata.version)\n"
+)
+
+
+def test_console_image_has_the_kube_extra_and_pyhelm3_runs_helm(docker, images):
+    done = docker.run(images["console"], "-c", CONSOLE_KUBE_CHECK,
+                      options=("--entrypoint", "python"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chart = yaml.safe_load((REPO / "charts" / "elasticctr" / "Chart.yaml").read_text())
+    assert done.stdout.split() == [
+        "10001", "/opt/elasticctr/bin/helm", "elasticctr", str(chart["version"])
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("image", list(ROLES))
@@ -200,6 +250,9 @@ def test_train_and_serving_share_the_paddle_layers(docker, images):
     assert len(shared) == 3, layers
     assert _prefix(layers["cube"], layers["train"]) == shared[:2]  # base + core, no paddle
     assert _prefix(layers["fileserver"], layers["train"]) == shared[:2]
+    # The console: base + core (fileserver's whole dependency part), then its kube layer.
+    assert _prefix(layers["console"], layers["fileserver"]) == shared[:2]
+    assert len(layers["console"]) > len(shared[:2]) + 2  # kube deps, project, helm
     assert _prefix(layers["mlflow"], layers["train"]) == shared[:1]  # only the Debian base
 
 
@@ -237,9 +290,11 @@ def test_packages_are_the_pinned_ones_and_only_what_the_image_needs(docker, imag
     assert ("paddlepaddle" in installed) == (image in ("train", "serving"))
     assert "aiohttp" in installed  # fsspec's http:// stores
     assert "prometheus-client" in installed  # every service's /metrics (a core dependency)
-    for absent in ("pytest", "ruff", "kubernetes", "scikit-learn"):
+    kube = {"kubernetes", "pyhelm3"}  # the kube extra: the console's alone
+    assert (kube <= set(installed)) == (image == "console"), image
+    for absent in ("pytest", "ruff", "scikit-learn", *([] if image == "console" else kube)):
         assert absent not in installed, f"{absent} (dev/kube extra) in {image}"
-    if image == "fileserver":
+    if image in ("fileserver", "console"):
         assert "uvloop" not in installed and "mlflow-skinny" not in installed
 
 

@@ -11,19 +11,29 @@ The source-built images must hold exactly what `make images` puts in them (same 
 project, user and entry point), and serve. arm64: the cube and train images (the ones with
 native code of their own: uvloop, Paddle, the static reader) are built for linux/arm64
 through qemu-user-static (scripts/images/qemu.sh) on an arm64 debootstrap base and run
-there; the build of all five for arm64 is measured in docs/images.md."""
+there; the build of all five for arm64 is measured in docs/images.md. The console's helm is
+compiled by a source build on GO_IMAGE (default: the public golang image, not reachable here
+either): the host's Go toolchain (what `make tools` builds helm with) on the plain base
+stands in for it."""
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 from image_helpers import IMAGES, REPO, SCRIPTS, Docker, run
-from test_image_entrypoints import NATIVE_READER_CHECK, _packages, _pins
+from test_image_entrypoints import (
+    CONSOLE_KUBE_CHECK,
+    NATIVE_READER_CHECK,
+    _helm_version,
+    _packages,
+    _pins,
+)
 from test_image_smoke import TOKEN, _fileserver, check_cube_shard
 
 pytestmark = [pytest.mark.images, pytest.mark.slow]
@@ -56,10 +66,33 @@ def _build(docker: Docker, target: str, base: str, *extra: str) -> str:
     return ref
 
 
+def _go_image(docker: Docker, base: str) -> str:
+    """A GO_IMAGE for the console's helm-source stage: the host's Go on the plain base."""
+    go = shutil.which("go")
+    if not go:
+        pytest.fail("Go is needed (as for `make tools`): the stand-in for GO_IMAGE copies it")
+    goroot, version = run([go, "env", "GOROOT", "GOVERSION"]).stdout.split()
+    ref = f"{TAG}/go:{version}"
+    dockerfile = (
+        f"FROM {base}\nCOPY . /usr/local/go\n"
+        "ENV GOPATH=/go PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+    )
+    done = subprocess.run(
+        [docker.binary, "build", "-f", "-", "-t", ref, goroot], input=dockerfile,
+        capture_output=True, text=True, timeout=1800,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0, f"the Go stand-in image failed:\n{done.stderr[-3000:]}"
+    return ref
+
+
 @pytest.fixture(scope="module")
 def source_images(docker) -> dict[str, str]:
     base = _plain_base()
-    return {image: _build(docker, image, base) for image in IMAGES}
+    go = ("--build-arg", f"GO_IMAGE={_go_image(docker, base)}")
+    return {
+        image: _build(docker, image, base, *(go if image == "console" else ())) for image in IMAGES
+    }
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +145,18 @@ def test_source_built_train_image_has_the_native_reader(docker, source_images):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "/opt/elasticctr/bin/ectl-slotfeed"
+
+
+def test_source_built_console_image_runs_its_helm(docker, source_images):
+    """helm-source built helm from its Go module for the target: the same version stamp
+    as `make tools`' helm, and pyhelm3 runs it."""
+    ref = source_images["console"]
+    done = docker.run(ref, "version", "--short", options=("--entrypoint", "helm"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == _helm_version()
+    done = docker.run(ref, "-c", CONSOLE_KUBE_CHECK, options=("--entrypoint", "python"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:3] == ["10001", "/opt/elasticctr/bin/helm", "elasticctr"]
 
 
 def test_source_built_fileserver_serves(docker, source_images, scratch):
