@@ -21,10 +21,10 @@ from chart_helpers import CHART, REPO
 pytestmark = pytest.mark.chart
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
-TARGETS = ("train", "serving", "cube", "fileserver", "mlflow")
+TARGETS = ("train", "serving", "cube", "fileserver", "mlflow", "console")
 # The layer each image's dependencies come from (requirement list in req/<name>.txt).
 LAYERS = {"core": "core", "paddle": "paddle", "train-deps": "train", "serving-deps": "serve",
-          "cube-deps": "cube"}  # fmt: skip
+          "cube-deps": "cube", "kube-deps": "kube"}  # fmt: skip
 
 
 def hadolint() -> str:
@@ -118,14 +118,17 @@ def test_every_stage_starts_from_the_project_base():
             for context in ("prepared", "source"):
                 assert parent.replace("${CONTEXT}", context) in all_stages, (name, context)
             continue
-        allowed = ("${BASE}", "${BUILD_BASE}", "scratch")
+        allowed = ("${BASE}", "${BUILD_BASE}", "scratch", "${GO_IMAGE}")
         assert parent in allowed or parent in all_stages, f"{name} FROM {parent}"
+        if parent == "${GO_IMAGE}":  # only the source build's helm (the console image)
+            assert name == "helm-source", name
         if parent == "scratch":  # only the files of a prepared context
             assert name.endswith("-prepared"), name
             assert all(word == "COPY" and "--from" not in a for word, a in stage["steps"])
     text = DOCKERFILE.read_text()
     assert "ARG BASE=debian:bookworm-slim" in text and "ARG CONTEXT=source" in text
     assert "ARG BUILD_BASE=${BASE}" in text
+    assert "ARG GO_IMAGE=golang:1.24-bookworm" in text
     assert "# syntax=" not in text, "a syntax directive would pull a frontend image"
 
 
@@ -173,6 +176,10 @@ def test_a_source_build_makes_the_context_as_make_images_does(target):
                 assert "--no-index" in args, name
     if target in ("train", "cube"):
         assert "native-source" in ran
+    assert ("helm-source" in ran) == (target == "console")
+    if target == "console":  # helm's version and link flags: the file make tools reads
+        (helm,) = [a for w, a in all_stages["helm-source"]["steps"] if w == "RUN"]
+        assert "source=scripts/helm-version.sh" in helm and "CGO_ENABLED=0" in helm
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -198,6 +205,7 @@ def test_layers_install_their_requirement_list():
         assert f"-r /req/{req}.txt" in run, name
     chain = {t: all_stages[t]["from"] for t in TARGETS}
     assert chain == {"train": "train-deps", "serving": "serving-deps", "cube": "cube-deps",
-                     "fileserver": "core", "mlflow": "os"}  # fmt: skip
+                     "fileserver": "core", "mlflow": "os", "console": "kube-deps"}  # fmt: skip
     assert all_stages["core"]["from"] == "os"
+    assert all_stages["cube-deps"]["from"] == all_stages["kube-deps"]["from"] == "core"
     assert all_stages["train-deps"]["from"] == all_stages["serving-deps"]["from"] == "paddle"
