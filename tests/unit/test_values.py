@@ -163,7 +163,14 @@ def test_a_key_that_no_longer_does_anything_says_so(chart):
 
 def test_disabled_subchart_is_not_schema_checked(chart):
     assert (
-        V.validate({"cube": {"enabled": False, "shards": 0}, "serving": {"enabled": False}}, chart)
+        V.validate(
+            {
+                "cube": {"enabled": False, "shards": 0},
+                "serving": {"enabled": False},
+                "console": {"enabled": False},
+            },
+            chart,
+        )
         == []
     )
 
@@ -264,8 +271,13 @@ RULES = [
         "fileserver.auth: set token or existingSecret, not both",
     ),
     (
-        {"cube": {"enabled": False}},
+        {"cube": {"enabled": False}, "console": {"enabled": False}},
         "serving.enabled: serving needs cube.enabled (it looks embeddings up in the cube shards)",
+    ),
+    (
+        {"cube": {"enabled": False}, "serving": {"enabled": False}},
+        "console.enabled: the console serves a platform, which runs cube and serving; set "
+        "console.enabled: false in a release without them",
     ),
     (
         {"serving": {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}},

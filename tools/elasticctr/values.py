@@ -334,6 +334,11 @@ def cross_field_problems(values: Values) -> list[str]:
             problems.append(
                 "trainer.enabled: a scenario release is its training job; it must be true"
             )
+    elif on("console") and not (on("cube") and on("serving")):
+        problems.append(
+            "console.enabled: the console serves a platform, which runs cube and serving; set "
+            "console.enabled: false in a release without them"
+        )
     if on("trainer"):
         t = dig(values, "trainer.trainer", {})
 

@@ -29,6 +29,8 @@ tools/elasticctr/values.py implements the same rules with the same messages for
   {{- if not $v.trainer.enabled -}}
     {{- $errs = append $errs "trainer.enabled: a scenario release is its training job; it must be true" -}}
   {{- end -}}
+{{- else if and $v.console.enabled (not (and $v.cube.enabled $v.serving.enabled)) -}}
+  {{- $errs = append $errs "console.enabled: the console serves a platform, which runs cube and serving; set console.enabled: false in a release without them" -}}
 {{- end -}}
 {{- if $v.trainer.enabled -}}
   {{- $t := $v.trainer.trainer -}}
