@@ -101,6 +101,27 @@ def test_predict_lines_and_json_match_reference(server, store, demo):
     np.testing.assert_allclose(resp.json()["probabilities"], want, atol=1e-6)
 
 
+def test_dense_model_small_batches_without_onednn_agree_with_large(store):
+    """A batch of up to SMALL_BATCH samples runs on the predictor without oneDNN (cheaper
+    for a lone request), a larger one on the oneDNN predictor: same probabilities."""
+    from elasticctr.serving import model as M
+
+    dense = M.DenseModel(store / "versions" / V1 / "dense", len(SLOTS), 8)
+    n = 2 * M.SMALL_BATCH + 3
+    pooled = np.random.default_rng(3).normal(size=(n, len(SLOTS), 8)).astype(np.float32)
+    ran = []
+    run = dense._run
+    dense._run = lambda handles, x: ran.append(handles) or run(handles, x)
+    whole = dense.run(pooled)
+    parts = np.concatenate([dense.run(pooled[i : i + 7]) for i in range(0, n, 7)])
+    np.testing.assert_allclose(parts, whole, atol=1e-6)
+    assert ran[0] is dense._large and all(h is dense._small for h in ran[1:])
+    ran.clear()
+    dense.run(pooled[: M.SMALL_BATCH])
+    dense.run(pooled[: M.SMALL_BATCH + 1])
+    assert ran == [dense._small, dense._large]
+
+
 def test_concurrent_requests_are_batched_and_answered_in_order(server, store, demo):
     lines = demo.read_bytes().splitlines()
     want = expected(store, V1, b"\n".join(lines) + b"\n")
