@@ -206,6 +206,74 @@ def test_vector_check_agrees_with_diagnose_on_mutations():
             assert stats.samples == 1, line
 
 
+def _same(a: SlotBatch, b: SlotBatch) -> None:
+    assert a.slots == b.slots and len(a) == len(b)
+    for x, y in zip(a.ids + a.lengths + [a.show, a.click], b.ids + b.lengths + [b.show, b.click],
+                    strict=True):  # fmt: skip
+        assert x.dtype == y.dtype and x.tolist() == y.tolist()
+
+
+def test_small_input_path_equals_the_vector_pass():
+    """Inputs of a few lines (a prediction request) are read line by line in Python; on valid
+    lines it must give the vector pass's batch and counts, and on anything else leave the
+    input (and the stats) to the vector pass."""
+    rng = random.Random(5)
+    slots = [3, 1, 4, 15, 9]
+    alphabet = "0123456789 :\t-x\r\n"
+    taken = 0
+    for trial in range(1500):
+        lines = []
+        for _ in range(rng.randint(1, 4)):
+            show = rng.randint(0, 5)
+            feats = []
+            for _ in range(rng.randint(0, 8)):
+                f = rng.randint(0, min(U64_MAX, 10 ** rng.randint(1, 20) - 1))
+                feats.append(f"{f}:{rng.choice(slots)}")
+            lines.append(
+                rng.choice([" ", "\t", "  "]).join([str(show), str(rng.randint(0, show))] + feats)
+            )
+        text = "\n".join(lines) + rng.choice(["\n", "", "\n\n", "\r\n"])
+        if trial % 2:  # mutate: the small path must refuse or agree
+            chars = list(text)
+            for _ in range(rng.randint(1, 3)):
+                pos = rng.randint(0, len(chars) - 1)
+                chars[pos] = rng.choice(alphabet + "7")
+            text = "".join(chars)
+        data = text.encode()
+        for sparse_dim in (None, 1000):
+            parser = LineParser(slots, sparse_dim)
+            small_stats, vector_stats = FileStats(), FileStats()
+            small = parser._parse_small(data, small_stats)
+            vector = parser._parse_vector(data, vector_stats)
+            if small is None:
+                assert small_stats == FileStats(), text
+                assert trial % 2, text  # valid lines are the small path's
+                continue
+            taken += 1
+            _same(small, vector)
+            assert small_stats == vector_stats, text
+            assert vector_stats.malformed == 0 and not vector_stats.ignored_slots
+    assert taken > 1500  # the small path did serve most inputs
+    # an unknown slot or a bad line: the vector pass counts and explains it
+    parser = LineParser([0])
+    zeros = b"0" * 20
+    for text in (
+        b"1 0 5:0 6:7\n",
+        b"1 0 5:0\n1 2 6:0\n",
+        b"1 0 5:0\nx\n",
+        b"2 " + zeros + b"1 5:0\n",  # 21 digits: malformed even though the value is 1
+        b"1 0 " + zeros + b"5:0\n",
+        b"1 0 5:" + zeros + b"0\n",
+        b"1 0 %d:0\n" % (U64_MAX + 1),
+        b"%d 0 5:0\n" % (U64_MAX + 1),
+        b"1 0 " + b"7" * 4000 + b":0\n",  # int() of it would raise
+    ):
+        assert parser._parse_small(text, FileStats()) is None
+        stats = FileStats()
+        parser.parse(text, stats)
+        assert stats.malformed or stats.ignored_slots
+
+
 def test_examples_are_capped_and_line_numbers_are_exact():
     lines = ["1 0 1:0"] * 3 + ["bad"] * 20
     _, stats = parse_lines(lines, [0], source="f.txt")
