@@ -7,6 +7,11 @@ the serving event loop costs more than the lookup itself. Every shard is asked i
 parallel with the version pinned (`X-Cube-Version`); every answer must carry that
 version, or the whole lookup fails with `VersionUnavailable` (never mixed rows).
 
+Cheap per lookup (it is a third of a lone request's CPU): a connection is an
+`asyncio.Protocol` that parses the answer as it arrives and resolves one future (stream
+reads wake the caller once per header line), and a lookup writes its request to every
+shard first and then awaits the answers in turn -- no task per shard, one timer each.
+
 A shard with replicas (`protocol.parse_shards`) is asked through one replica at a time, in
 turn; a lookup is idempotent, so when that replica cannot answer it (unreachable, timeout,
 5xx, or it does not hold the pinned version or table: 409/404) the next replica of the same
@@ -59,9 +64,113 @@ RETRY_STATUSES = frozenset({404, 409, 500, 502, 503, 504})
 pinned version (409: not loaded yet after a restart), or a server error."""
 
 
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
+MAX_RESPONSE_HEAD = 64 << 10
+"""A shard's response head over this many bytes is an error (cube answers ~100 bytes)."""
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to a shard replica, one request at a time: the
+    request is written at once and the answer parsed in `data_received`, which resolves
+    the request's future -- one wake-up per answer (stream reads cost one per line)."""
+
+    def __init__(self):
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future | None = None
+        self.head: tuple[int, int, int, bool] | None = None  # status, body start, end, close
+        self.lost = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def connection_lost(self, exc):
+        self.lost = True
+        self._fail(exc or ConnectionResetError("connection closed by the shard"))
+
+    def data_received(self, data: bytes):
+        self.buf += data
+        if self.waiter is None:  # a shard never speaks first: the stream is out of step
+            self.close()
+            return
+        try:
+            answer = self._answer()
+        except (ValueError, IndexError) as exc:  # not an HTTP answer
+            self.close()
+            self._fail(ValueError(f"bad answer: {exc}"))
+            return
+        if answer is not None:
+            waiter, self.waiter = self.waiter, None
+            if not waiter.done():
+                waiter.set_result(answer)
+
+    def _answer(self) -> tuple[int, bytes, bool] | None:
+        """(status, body, close) once the whole answer is in the buffer."""
+        buf = self.buf
+        if self.head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_RESPONSE_HEAD:
+                    raise ValueError("response head too large")
+                return None
+            lines = bytes(buf[:end]).split(b"\r\n")
+            status = int(lines[0].split(b" ", 2)[1])
+            length, close = 0, False
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.strip().lower() == b"close":
+                    close = True
+            self.head = (status, end + 4, end + 4 + length, close)
+        status, start, stop, close = self.head
+        if len(buf) < stop:
+            return None
+        body = bytes(buf[start:stop])
+        del buf[:stop]
+        self.head = None
+        return status, body, close
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def send(self, data: bytes) -> asyncio.Future:
+        """Write one request; the future gets (status, body, close) or the connection's error."""
+        self.waiter = fut = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return fut
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Pending:
+    """A request `_Shard.begin` started: what to send, its deadline, and the connection and
+    answer future when it was written at once."""
+
+    __slots__ = ("args", "data", "deadline", "conn", "future")
+
+    def __init__(self, args: tuple, data: bytes):
+        self.args, self.data = args, data
+        self.deadline = 0.0
+        self.conn: _Conn | None = None
+        self.future: asyncio.Future | None = None
+
+    def abandon(self) -> None:
+        """Nobody will `finish` it (another shard failed first, or the caller was
+        cancelled): close its connection, whose answer would be out of step."""
+        conn, fut = self.conn, self.future
+        self.conn = self.future = None
+        if conn is not None:
+            conn.close()
+        if fut is not None and fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: no "exception was never retrieved" at GC
+        elif fut is not None:
+            fut.cancel()
 
 
 class _Shard:
@@ -80,63 +189,80 @@ class _Shard:
     async def request(
         self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> tuple[int, bytes]:
+        return await self.finish(self.begin(method, path, body, headers))
+
+    def begin(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> _Pending:
+        """Start a request: written at once on an idle connection (else when `finish` opens
+        one), so that every shard of a lookup is asked before the first answer is awaited
+        -- in parallel without a task per shard. `finish` (or `abandon`) must follow."""
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"
+        for k, v in (headers or {}).items():
+            head += f"{k}: {v}\r\n"
+        pending = _Pending((method, path, body, headers), head.encode("latin-1") + b"\r\n" + body)
+        pending.deadline = asyncio.get_running_loop().time() + self.timeout
+        conn = self._idle_conn()
+        if conn is not None:
+            pending.conn, pending.future = conn, conn.send(pending.data)
+        return pending
+
+    async def finish(self, pending: _Pending) -> tuple[int, bytes]:
+        """(status, body) of a request `begin` started; CubeUnavailable when the replica
+        cannot answer within the timeout (counted from `begin`)."""
         try:
-            return await asyncio.wait_for(self._request(method, path, body, headers), self.timeout)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            async with asyncio.timeout_at(pending.deadline):
+                return await self._exchange(pending)
+        except (TimeoutError, OSError, ValueError) as exc:
             raise CubeUnavailable(
                 f"cube shard {self.url}: {type(exc).__name__}: {exc or 'timeout'}"
             ) from exc
 
-    async def _request(self, method, path, body, headers) -> tuple[int, bytes]:
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"
-        for k, v in (headers or {}).items():
-            head += f"{k}: {v}\r\n"
-        data = head.encode("latin-1") + b"\r\n" + body
+    def _idle_conn(self) -> _Conn | None:
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.lost:  # else closed by the shard while idle
+                return conn
+        return None
+
+    async def _exchange(self, pending: _Pending) -> tuple[int, bytes]:
+        conn, fut = pending.conn, pending.future
+        pending.conn = pending.future = None  # this call owns them now
         for attempt in (0, 1):
-            fresh = not self.idle
-            conn = self.idle.pop() if self.idle else await self._open()
+            fresh = False
+            if fut is None:
+                conn = self._idle_conn()
+                if conn is None:
+                    conn, fresh = await self._open(), True
+                fut = conn.send(pending.data)
             try:
-                conn.writer.write(data)
-                status_line = await conn.reader.readline()
-                if not status_line:
-                    raise ConnectionResetError("connection closed by the shard")
-                status = int(status_line.split(b" ", 2)[1])
-                length, close = 0, False
-                while True:
-                    line = await conn.reader.readline()
-                    if line in (b"\r\n", b"\n", b""):
-                        break
-                    name, _, value = line.partition(b":")
-                    name = name.strip().lower()
-                    if name == b"content-length":
-                        length = int(value)
-                    elif name == b"connection" and value.strip().lower() == b"close":
-                        close = True
-                payload = await conn.reader.readexactly(length)
-            except (OSError, asyncio.IncompleteReadError):
-                conn.writer.close()
+                status, payload, close = await fut
+            except OSError:
+                conn.close()
                 if fresh or attempt:
                     raise
+                fut = None
                 continue  # a stale keep-alive connection: retry once on a new one
-            except BaseException:
-                conn.writer.close()
+            except BaseException:  # timeout, cancelled, a bad answer: the stream is lost
+                conn.close()
                 raise
-            if close or len(self.idle) >= self.max_idle:
-                conn.writer.close()
+            if close or conn.lost or len(self.idle) >= self.max_idle:
+                conn.close()
             else:
                 self.idle.append(conn)
             return status, payload
         raise AssertionError("unreachable")
 
     async def _open(self) -> _Conn:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), min(self.timeout, CONNECT_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(_Conn, self.host, self.port), min(self.timeout, CONNECT_TIMEOUT)
         )
-        return _Conn(reader, writer)
+        return conn
 
     def close(self) -> None:
         for conn in self.idle:
-            conn.writer.close()
+            conn.close()
         self.idle.clear()
 
 
@@ -164,14 +290,26 @@ class _ShardGroup:
     async def request(
         self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> tuple[int, bytes, _Shard]:
+        return await self.finish(self.begin(method, path, body, headers))
+
+    def begin(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[list[int], _Pending]:
+        """Start the request on the replica whose turn it is (`_Shard.begin`)."""
+        order = self.order()
+        return order, self.replicas[order[0]].begin(method, path, body, headers)
+
+    async def finish(self, call: tuple[list[int], _Pending]) -> tuple[int, bytes, _Shard]:
         """(status, body, replica) of the first replica that answers other than with one of
         `RETRY_STATUSES`; else the last answer, or CubeUnavailable when none answered."""
+        order, first = call
         last: tuple[int, bytes, _Shard] | None = None
         error: CubeUnavailable | None = None
-        for k, r in enumerate(self.order()):
+        for k, r in enumerate(order):
             replica = self.replicas[r]
             try:
-                status, payload = await replica.request(method, path, body, headers)
+                pending = first if k == 0 else replica.begin(*first.args)
+                status, payload = await replica.finish(pending)
             except CubeUnavailable as exc:
                 self._down(r)
                 error = exc
@@ -227,12 +365,23 @@ class CubeEmbeddings:
         headers = {"Content-Type": CONTENT_TYPE, VERSION_HEADER: version}
         if table and table != DEFAULT:
             headers[TABLE_HEADER] = table
+        # Every shard is asked first (written at once on a keep-alive connection), then the
+        # answers are awaited in turn: parallel without a task per shard. A shard without
+        # an idle connection yet (the first lookups, after a failure) needs one opened:
+        # then a task per shard, so the shards are still asked in parallel.
         calls = [
-            shard.request("POST", LOOKUP_PATH, encode_keys(keys[idx]), headers)
+            (shard, shard.begin("POST", LOOKUP_PATH, encode_keys(keys[idx]), headers))
             for shard, idx in zip(self.shards, groups, strict=True)
             if idx.size
         ]
-        answers = await asyncio.gather(*calls)
+        try:
+            if all(call[1].future is not None for _, call in calls):
+                answers = [await shard.finish(call) for shard, call in calls]
+            else:
+                answers = await asyncio.gather(*(shard.finish(call) for shard, call in calls))
+        finally:
+            for _, (_, pending) in calls:
+                pending.abandon()  # (a no-op for the ones finished)
         rows = np.empty((keys.size, dim), dtype=np.float32)
         asked = [idx for idx in groups if idx.size]
         for idx, (status, body, shard) in zip(asked, answers, strict=True):
