@@ -215,7 +215,7 @@ class Scorer:
         n, nslots, dim = len(batch), len(self.info.slots), self.info.dim
         out = np.zeros((nslots * n, dim), dtype=np.float32)
         if inverse.size:
-            lengths = np.stack(batch.lengths).ravel()  # [nslots * n], slot-major
+            lengths = np.concatenate(batch.lengths)  # [nslots * n], slot-major
             nonempty = np.flatnonzero(lengths)
             starts = np.zeros(lengths.size, dtype=np.int64)
             np.cumsum(lengths[:-1], out=starts[1:])

@@ -109,7 +109,8 @@ def parse_checked(data: bytes, parser: LineParser, limits: Limits, expect: int) 
     batch = parser.parse(data, stats)
     if stats.malformed or stats.ignored_slots or len(batch) != expect:
         return None
-    if batch.lengths and int(np.stack(batch.lengths).sum(axis=0).max()) > limits.max_features:
+    # (np.array, not np.stack: the same [nslots, n] at a third of the cost)
+    if batch.lengths and int(np.array(batch.lengths).sum(axis=0).max()) > limits.max_features:
         return None
     return batch
 
