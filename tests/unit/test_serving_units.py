@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -116,3 +117,54 @@ def test_auc_and_logloss_against_sklearn():
     assert auc(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
     assert logloss(y, p) == pytest.approx(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7)), rel=1e-9)
     assert auc(np.ones(3), np.array([0.1, 0.2, 0.3])) is None
+
+
+class _FakeVersion:
+    """What the batcher needs of a ServingVersion: its parser and `predict`; records the
+    size of every batch it scores."""
+
+    def __init__(self):
+        self.parser = LineParser(SLOTS)
+        self.batches: list[int] = []
+
+    async def predict(self, batch, lookup_seconds=None):
+        self.batches.append(len(batch))
+        await asyncio.sleep(0.02)  # a batch takes a while: others queue meanwhile
+        return np.arange(len(batch), dtype=np.float32)
+
+
+def test_a_lone_request_is_not_held_for_the_batch_window():
+    """With --max-wait-ms set, a request alone in the queue with no batch running is run
+    at once; requests that arrive together, or while a batch runs, wait for the window
+    and go together."""
+    from elasticctr.serving.app import Batcher, Metrics, ServeConfig
+
+    async def main():
+        batcher = Batcher(ServeConfig(store="unused", max_wait_ms=300), Metrics())
+        batcher.start()
+        sv = _FakeVersion()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        probs = await batcher.submit(sv, b"1 0 5:0\n", 1)
+        alone = loop.time() - t0
+        assert probs.tolist() == [0.0] and sv.batches == [1]
+        assert alone < 0.2, alone  # not the 300 ms window
+        # arriving together: one batch, after the window
+        t0 = loop.time()
+        results = await asyncio.gather(
+            *(batcher.submit(sv, b"1 0 %d:0\n" % i, 1) for i in range(6))
+        )
+        assert sv.batches == [1, 6] and loop.time() - t0 >= 0.3
+        assert [r.tolist() for r in results] == [[float(i)] for i in range(6)]
+        # a lone request runs at once; 4 arriving while it runs wait the window, together
+        t0 = loop.time()
+        first = loop.create_task(batcher.submit(sv, b"1 0 5:0\n", 1))
+        await asyncio.sleep(0.005)
+        rest = await asyncio.gather(*(batcher.submit(sv, b"1 0 5:0\n", 1) for _ in range(4)))
+        assert (await first).tolist() == [0.0] and [r.tolist() for r in rest] == [
+            [0.0], [1.0], [2.0], [3.0]
+        ]  # fmt: skip
+        assert sv.batches == [1, 6, 1, 4] and loop.time() - t0 >= 0.3
+        batcher.task.cancel()
+
+    asyncio.run(main())

@@ -213,6 +213,8 @@ class Batcher:
             # Idle (nothing queued, no batch running): run this request as its own batch
             # right here, saving two event-loop hops (wake the batcher, start a task).
             # Under load something is always in flight, so requests queue and batch.
+            # (With a batch window the batcher decides, one loop turn later: requests that
+            # arrived together are queued by then and wait for the window together.)
             await self.slots.acquire()
             await self._run([item])
             return fut.result()
@@ -227,7 +229,11 @@ class Batcher:
             self.wakeup.clear()
             while self.queue:
                 await self.slots.acquire()
-                if self.cfg.max_wait_ms > 0 and self.queued < self.cfg.max_batch_samples:
+                # A lone request (nothing else queued, no batch running) is not held for
+                # the window: nothing could join it but a request arriving within it.
+                lone = len(self.queue) == 1 and self.inflight == 0
+                wait = self.cfg.max_wait_ms > 0 and self.queued < self.cfg.max_batch_samples
+                if wait and not lone:
                     await asyncio.sleep(self.cfg.max_wait_ms / 1000)
                 items = self._take()
                 asyncio.get_running_loop().create_task(self._run(items))
