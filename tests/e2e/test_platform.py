@@ -931,7 +931,12 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         driver.save_screenshot(str(shots / "new-scenario-cluster.png"))
         assert f"name: {NEW}" in driver.find_element(By.ID, "new-yaml").get_attribute("value")
         driver.find_element(By.ID, "new-submit").click()
-        wait.until(lambda d: f"added scenario {NEW}" in d.find_element(By.ID, "notice").text)
+        try:
+            wait.until(lambda d: f"added scenario {NEW}" in d.find_element(By.ID, "notice").text)
+        except Exception:
+            notice = driver.find_element(By.ID, "notice").text
+            state = driver.find_element(By.ID, "new-state").text
+            pytest.fail(f"not added: notice {notice!r}, form {state!r}", pytrace=False)
         added_s = time.monotonic() - t0
         assert NEW in installed(kube_cluster)
         WebDriverWait(driver, 600, poll_frequency=1).until(lambda d: served(NEW) == HOURS[-1])
@@ -977,6 +982,16 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         proc.wait(30)
         log.close()
         logs = releases.run_ectl(
-            kube_cluster, NS, "logs", "console", "-R", PLATFORM, "--tail", "60", check=False
+            kube_cluster,
+            NS,
+            "logs",
+            "console",
+            "-R",
+            PLATFORM,
+            "-n",
+            NS,
+            "--tail",
+            "60",
+            check=False,
         )
         print(logs.stdout[-3000:], logs.stderr[-1000:])
