@@ -391,7 +391,8 @@ def _walk(node: dict, where: str, chart_dir, open_ok: set[str]) -> None:
             if name not in open_ok and prop.get("additionalProperties") is not False:
                 # The umbrella's subchart sections are checked by each subchart's own schema.
                 assert chart_dir == CHART and where == "", f"{path} is open"
-                assert prop.get("required") == ["enabled"], path
+                # (the console's switch may stay unset: then serving's decides)
+                assert prop.get("required") == ([] if name == "console" else ["enabled"]), path
             elif name not in open_ok:
                 assert "required" in prop, f"{path} has no required list"
             _walk(prop, f"{where}.{name}", chart_dir, open_ok)

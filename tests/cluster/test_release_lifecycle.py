@@ -666,7 +666,7 @@ def test_upgrade_then_rollback(cluster, release, ectl, tmp_path):
         assert upgraded["revision"] == release["revision"] + 1
         after = manifest(cluster)
         ours = images(after)
-        assert len(ours) == 5 and all(i.endswith(":9.9.9-test") for i in ours), images(after)
+        assert len(ours) == 6 and all(i.endswith(":9.9.9-test") for i in ours), images(after)
         jobs = volcano_jobs(api)
         # A changed task spec renames the Job (Volcano rejects in-place edits): old one gone.
         assert len(jobs) == 1 and jobs[0]["metadata"]["name"] != old_job
@@ -739,7 +739,7 @@ def _namespace_contents(api, namespace: str) -> list[str]:
 
 def test_uninstall_leaves_nothing_behind(cluster, ectl, second):
     """Everything goes but what the chart keeps on purpose (helm.sh/resource-policy: keep:
-    the fileserver's and mlflow's data volumes)."""
+    the fileserver's and mlflow's data volumes, the console's change log)."""
     ns = SECOND_NS
     kept = {
         f"{d['kind']}/{d['metadata']['name']}"
@@ -749,6 +749,7 @@ def test_uninstall_leaves_nothing_behind(cluster, ectl, second):
     assert kept == {
         f"PersistentVolumeClaim/{RELEASE}-fileserver",
         f"PersistentVolumeClaim/{RELEASE}-mlflow",
+        f"PersistentVolumeClaim/{RELEASE}-console",
     }
     api = cluster.api()
     try:

@@ -138,7 +138,6 @@ def override_values(namespace: str, trainer_millicpu: int, s3) -> dict:
         "cube": {"enabled": False},
         "serving": {"enabled": False},
         "mlflow": {"enabled": False},
-        "console": {"enabled": False},
         "trainer": {
             "model": MODEL,
             "volcano": {

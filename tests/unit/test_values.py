@@ -36,7 +36,9 @@ def test_chart_loads_umbrella_and_every_subchart(chart):
         "console",
     ]
     for sub in chart.subcharts:
-        assert sub.condition == f"{sub.name}.enabled"
+        # the console: its own switch when set, else serving's (a platform gets it)
+        extra = ",serving.enabled" if sub.name == "console" else ""
+        assert sub.condition == f"{sub.name}.enabled{extra}"
         assert sub.schema["additionalProperties"] is False
     # The library of named templates is a dependency but no part: no values of its own.
     assert chart.libraries == ("common",)
@@ -275,7 +277,7 @@ RULES = [
         "serving.enabled: serving needs cube.enabled (it looks embeddings up in the cube shards)",
     ),
     (
-        {"cube": {"enabled": False}, "serving": {"enabled": False}},
+        {"cube": {"enabled": False}, "serving": {"enabled": False}, "console": {"enabled": True}},
         "console.enabled: the console serves a platform, which runs cube and serving; set "
         "console.enabled: false in a release without them",
     ),
@@ -418,3 +420,25 @@ def test_non_mapping_values_are_a_problem_not_a_crash(chart):
     # Wrong types inside are schema problems; the cross-field rules skip what they cannot read.
     problems = V.validate({"serving": {"autoscaling": "yes"}}, chart)
     assert problems == ["serving.autoscaling: 'yes' is not of type 'object'"]
+
+
+@pytest.mark.parametrize(
+    ("user", "deployed"),
+    [
+        ({}, True),
+        ({"serving": {"enabled": False}, "cube": {"enabled": False}}, False),
+        ({"console": {"enabled": False}}, False),
+        (
+            {"global": {"scenario": {"name": "a", "platform": "p"}}, "serving": {"enabled": False}},
+            False,
+        ),
+    ],
+)
+def test_the_console_follows_serving_unless_set(chart, user, deployed):
+    """Helm's condition `console.enabled,serving.enabled`: a platform release gets the
+    console, a training-only or scenario release none, without a key in their values (an
+    upgrade of such a release with its old values file passes)."""
+    values = V.effective_values(user, chart)
+    console = next(s for s in chart.subcharts if s.name == "console")
+    assert V._enabled(values, console.condition) is deployed
+    assert not [p for p in V.validate(user, chart) if "console" in p]

@@ -176,11 +176,13 @@ def dig(values: Any, dotted: str, default: Any = None) -> Any:
 
 
 def _enabled(values: Values, condition: str | None) -> bool:
-    """Helm's `condition`: a missing path means enabled; a non-bool value too."""
-    if not condition:
-        return True
-    value = dig(values, condition)
-    return value if isinstance(value, bool) else True
+    """Helm's `condition`: comma-separated paths, the first one set to a bool decides; none
+    set (missing, or not a bool) means enabled."""
+    for path in (condition or "").split(","):
+        value = dig(values, path.strip()) if path.strip() else None
+        if isinstance(value, bool):
+            return value
+    return True
 
 
 def effective_values(user: Values, chart: Path | Umbrella | None = None) -> Values:
@@ -308,6 +310,8 @@ def cross_field_problems(values: Values) -> list[str]:
     data = g.get("data") or {}
 
     def on(name: str) -> bool:
+        if name == "console":  # the umbrella's condition: console.enabled,serving.enabled
+            return _enabled(values, "console.enabled,serving.enabled")
         return bool(dig(values, f"{name}.enabled", True))
 
     def rule(check) -> None:

@@ -20,16 +20,17 @@ tools/elasticctr/values.py implements the same rules with the same messages for
 {{- $onPlatform := and $g.scenario.name $g.scenario.platform -}}
 {{- if $g.scenario.name -}}
   {{- $parts := list -}}
-  {{- range $part := list "fileserver" "mlflow" "cube" "serving" "console" -}}
+  {{- range $part := list "fileserver" "mlflow" "cube" "serving" -}}
     {{- if (index $v $part).enabled -}}{{- $parts = append $parts $part -}}{{- end -}}
   {{- end -}}
+  {{- if include "elasticctr.consoleOn" $ -}}{{- $parts = append $parts "console" -}}{{- end -}}
   {{- if $parts -}}
     {{- $errs = append $errs (printf "global.scenario.name: a scenario release runs only its training job (its platform serves it); set %s enabled: false (ectl scenario add does)" (join ", " $parts)) -}}
   {{- end -}}
   {{- if not $v.trainer.enabled -}}
     {{- $errs = append $errs "trainer.enabled: a scenario release is its training job; it must be true" -}}
   {{- end -}}
-{{- else if and $v.console.enabled (not (and $v.cube.enabled $v.serving.enabled)) -}}
+{{- else if and (include "elasticctr.consoleOn" .) (not (and $v.cube.enabled $v.serving.enabled)) -}}
   {{- $errs = append $errs "console.enabled: the console serves a platform, which runs cube and serving; set console.enabled: false in a release without them" -}}
 {{- end -}}
 {{- if $v.trainer.enabled -}}
@@ -120,5 +121,14 @@ fileserver's (trainer: uploads; cube-transfer and serving: reads, with protectRe
 {{- end -}}
 {{- if $errs -}}
 {{- fail (printf "\n\nvalues are invalid:\n  %s\n" (join "\n  " $errs)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the console subchart is deployed: the umbrella's condition
+`console.enabled,serving.enabled` (console.enabled when set, else serving.enabled). */}}
+{{- define "elasticctr.consoleOn" -}}
+{{- $c := .Values.console.enabled -}}
+{{- if kindIs "bool" $c -}}{{- if $c -}}true{{- end -}}
+{{- else if .Values.serving.enabled -}}true
 {{- end -}}
 {{- end -}}
