@@ -47,6 +47,10 @@ BUCKETS = [  # (bucket, pattern on one frame), innermost frame first wins
 ]
 
 
+TASK_LINE = re.compile(r"\): (\d+) samples in [\d.]+s; accepted True")
+"""An elastic trainer's line for a task it trained (elasticctr.train.elastic)."""
+
+
 def bucket_of(stack: list[str]) -> str:
     for frame in reversed(stack):  # innermost last in py-spy's raw format
         for name, pattern in BUCKETS:
@@ -219,22 +223,26 @@ def main() -> None:
              f"{pids['trainer']},{pids['pserver']}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-    after = dict(before)
+    # The training window ends with the hour's last task (an elastic trainer logs each
+    # task's samples; then it flushes and the hour is exported): the CPU read when the
+    # newest task line appeared, at most one poll (0.2 s) late; the export's is left out.
+    after, wall, tasks = dict(before), 0.0, 0
     while job.poll() is None:
         text = log.read_text()
-        if "trained" in text and "samples in" in text:
+        if re.search(r"tables dumped|held-out auc", text):
             break
-        after = {r: thread_cpu(p) for r, p in pids.items()}
+        snapshot = {r: thread_cpu(p) for r, p in pids.items()}
+        done = len(TASK_LINE.findall(text))
+        if done > tasks:
+            after, wall, tasks = snapshot, time.monotonic() - t0, done
         time.sleep(0.2)
-    wall = time.monotonic() - t0
     spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
     spy.wait()
     if perf is not None:
         perf.send_signal(signal.SIGINT)
         perf.wait()
     job.wait()
-    m = re.search(r"trained (\d+) samples in ([\d.]+)s", log.read_text())
-    samples = int(m.group(1)) if m else 0
+    samples = sum(int(n) for n in TASK_LINE.findall(log.read_text()))
     counts: collections.Counter = collections.Counter()
     if raw.exists():
         for line in raw.read_text().splitlines():
