@@ -819,21 +819,25 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
 NEW = "promo"
 """The scenario made in the console's browser form (test below)."""
 NEW_SLOTS = ("--slots", "0-5", "--vocab", "100")
+NEW_HDFS_UGI = "promo,promo-password"
+"""Its team's HDFS user (owns its data folder), typed into the form."""
 
 
 @pytest.mark.slow
 def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
-    kube_cluster, platform, cluster_s3, tmp_path
+    kube_cluster, platform, cluster_hdfs, tmp_path
 ):
-    """Issue 28: a new user's path from data on S3 to a served prediction, in Debian's
+    """Issue 28: a new user's path from data on HDFS to a served prediction, in Debian's
     Chromium on the console the chart deploys with the platform (opened as users do, with
     `ectl port-forward console`, whose link signs in), without writing YAML: the path
-    profiled into slots, first hour and model by the console's pod; a path without data and
-    a name taken shown beside their fields, nothing installed; the scenario added from the
-    form alone (helm in the console's pod, with its service account's rights), its card
-    reaching a served version, a prediction; then rolled back and removed by clicking, each
-    change in the console's change log. Prints the time from the data path typed to the
-    first prediction."""
+    profiled into slots, first hour and model by the console's pod, as the scenario's own
+    HDFS user (the folder is closed to others: without the user, permission denied); an S3
+    path without data (read with the console's S3 credentials) and a name taken shown beside
+    their fields, nothing installed; the scenario added from the form alone (helm in the
+    console's pod, with its service account's rights), trained from HDFS, its card reaching
+    a served version, a prediction; then rolled back and removed by clicking, each change in
+    the console's change log. Prints the time from the data path typed to the first
+    prediction."""
     import re
 
     import httpx
@@ -841,19 +845,25 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import Form, chromium
     from tests.browser import served as card_served
-    from tests.s3_fixture import REGION, TEST_BUCKET
+    from tests.s3_fixture import TEST_BUCKET
 
     from elasticctr.net import free_port
 
-    s3 = cluster_s3
-    data = f"s3://{TEST_BUCKET}/{NS}/{NEW}"
+    home = f"/{NS}/{NEW}"  # the team's HDFS folder: its user's alone (0750)
+
+    def prepare(client) -> None:
+        client.mkdirs(home, permission=0o750, create_parent=True)
+        client.set_permission(home, 0o750)  # mkdirs applies the umask
+        client.set_owner(home, NEW_HDFS_UGI.split(",")[0], NEW_HDFS_UGI.split(",")[0])
+
+    cluster_hdfs.as_superuser(prepare)
+    data = f"{cluster_hdfs.url}{home}/train_data"
     subprocess.run(  # both hours, as a user's pipeline wrote them before
         [*ECTL, "data", "generate", data,
          *releases.generate_args(HOURS[0], len(HOURS), LINES, 2, 25, NEW_SLOTS)],
-        check=True, capture_output=True, timeout=600, env={**os.environ, **s3.env},
+        check=True, capture_output=True, timeout=600,
+        env={**os.environ, "HDFS_UGI": NEW_HDFS_UGI},
     )  # fmt: skip
-    secret = "promo-s3"
-    releases.s3_secret(kube_cluster, NS, s3, secret)
     shots = Path(os.environ.get("ELASTICCTR_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -880,7 +890,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         driver = chromium(height=1400)
         wait = WebDriverWait(driver, 120, poll_frequency=0.5)
         form = Form(driver)
-        field, error, put, choose = form.field, form.error, form.put, form.choose
+        field, error, put = form.field, form.error, form.put
 
         def served(name: str) -> str | None:
             return card_served(driver, name)
@@ -895,7 +905,12 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         wait.until(lambda d: "not found" in error("global.data.path"))
         put("global.data.path", data)
         driver.find_element(By.ID, "new-profile").click()
+        wait.until(lambda d: "permission denied on HDFS" in error("global.data.path"))
+        put("global.data.hdfsUgi", NEW_HDFS_UGI)
+        driver.find_element(By.ID, "new-profile").click()
         wait.until(lambda d: field("global.data.slots").get_attribute("value") != "")
+        wait.until(lambda d: error("global.data.path") == "")
+        assert field("global.data.hdfsUgi").get_attribute("value") == NEW_HDFS_UGI
         assert field("global.data.slots").get_attribute("value") == "0, 1, 2, 3, 4, 5"
         assert field("global.data.startDateHour").get_attribute("value") == HOURS[0]
         assert field("trainer.model.name").get_attribute("value") == "lr"
@@ -904,10 +919,6 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
         put("global.scenario.name", NEW)
         put("global.scenario.team", "growth")
         put("global.scenario.cubeMemoryMiB", "48")
-        put("global.s3.endpoint", s3.endpoint)
-        put("global.s3.region", REGION)
-        choose("global.s3.pathStyle", "true")
-        put("global.s3.existingSecret", secret)
         put("trainer.trainer.replicas", "2")
         put("trainer.trainer.minReplicas", "1")
         put("trainer.trainer.resources.requests.cpu", f"{TRAINER_MILLICPU}m")

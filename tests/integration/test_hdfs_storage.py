@@ -199,3 +199,32 @@ def test_reading_a_folder_as_a_file_says_so(hdfs_dir):
     storage.write_bytes(storage.join(hdfs_dir, "d", "f"), b"x", hdfs_ugi=UGI)
     with pytest.raises(EctlError, match="d"):
         storage.read_bytes(storage.join(hdfs_dir, "d"), UGI)
+
+
+def test_the_console_profiles_a_teams_closed_folder_as_its_hdfs_user(minihdfs):
+    """The console's new-scenario profile (elasticctr.console.newscenario) reads as the
+    scenario's HDFS_UGI: a folder its owner alone may read is denied to anyone else, in one
+    clear line, and profiled for the owner; the two answers are kept apart."""
+    import uuid
+
+    from elasticctr.console.newscenario import Profiles
+
+    home = f"/team-{uuid.uuid4().hex[:8]}"
+
+    def closed(client) -> None:
+        client.mkdirs(home, permission=0o700, create_parent=True)
+        client.set_permission(home, 0o700)
+        client.set_owner(home, UGI.split(",")[0], UGI.split(",")[0])
+
+    minihdfs.as_superuser(closed)
+    data = f"{minihdfs.url}{home}/train_data"
+    lines = sample_lines(200, seed=5)
+    for hour in ("20200401/00", "20200401/01"):
+        write_partition(data, hour, {"part-00000": lines})
+    profiles = Profiles()
+    with pytest.raises(EctlError, match="permission denied on HDFS") as info:
+        profiles.get(data, "someone,else")
+    assert "\n" not in info.value.message
+    prof = profiles.get(data, UGI)
+    assert prof["hours"] == ["20200401/00", "20200401/01"] and prof["samples"] == 400
+    assert profiles.cached(data, UGI) is prof and profiles.cached(data, "someone,else") is None

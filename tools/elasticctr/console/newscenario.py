@@ -156,26 +156,29 @@ def check(values: dict[str, Any], base: dict[str, Any], own: dict[str, Any]) -> 
 
 
 class Profiles:
-    """Profiles of data paths, kept a while (a form checks the same path more than once)."""
+    """Profiles of data paths, kept a while (a form checks the same path more than once),
+    one per path and HDFS_UGI: with HDFS permissions on, what a path holds for one user is
+    not what another may read."""
 
     def __init__(self, size: int = 16):
-        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.size = size
 
-    def cached(self, path: str) -> dict[str, Any] | None:
+    def cached(self, path: str, hdfs_ugi: str | None = None) -> dict[str, Any] | None:
         """The profile of `path` if one was read (no I/O: what a form's every check uses)."""
         with self._lock:
-            return self._cache.get(path)
+            return self._cache.get((path, hdfs_ugi or ""))
 
     def get(self, path: str, hdfs_ugi: str | None = None) -> dict[str, Any]:
+        key = (path, hdfs_ugi or "")
         with self._lock:
-            if path in self._cache:
-                self._cache.move_to_end(path)
-                return self._cache[path]
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
         report = profile_path(path, hdfs_ugi)
         with self._lock:
-            self._cache[path] = report
+            self._cache[key] = report
             while len(self._cache) > self.size:
                 self._cache.popitem(last=False)
         return report

@@ -22,8 +22,9 @@
                               (the caller's teams' scenarios)
   GET  /api/new/form          the new-scenario form: the chart schema's sections and
                               their defaults (elasticctr.console.newscenario)
-  POST /api/new/profile       {"path"}: profile a sample of the data -> suggested values,
-                              their YAML and the profile
+  POST /api/new/profile       {"path", "hdfsUgi"?}: profile a sample of the data (read
+                              as that HDFS user when given) -> suggested values, their
+                              YAML and the profile
   POST /api/new/check         {"yaml"} or {"values"}: the values, their YAML and every
                               problem `ectl validate` finds ({"path", "message"} each)
   POST /api/scenarios         {"yaml"} or {"values"}: check them (schema, team, name, data
@@ -386,8 +387,11 @@ class _Handler(HardenedHandler):
         if not isinstance(path, str) or not path.strip():
             return 422, _problems("no data path", ["global.data.path: give the data's URL"])
         path = path.strip()
+        hdfs_ugi = body.get("hdfsUgi")
+        if hdfs_ugi is not None and not isinstance(hdfs_ugi, str):
+            return 422, _problems("bad HDFS user", ["global.data.hdfsUgi: give user,password"])
         try:
-            prof = self.server.profiles.get(path)
+            prof = self.server.profiles.get(path, hdfs_ugi or None)
         except EctlError as exc:
             return 422, _problems(exc.message, [f"global.data.path: {exc.message}"])
         values = newscenario.suggest(path, prof)
@@ -436,7 +440,8 @@ class _Handler(HardenedHandler):
             return 200, {"values": None, "problems": [split_problem(p) for p in exc.problems]}
         problems = self._problems_of(who, values)
         path = dig(values, "global.data.path") or ""
-        prof = self.server.profiles.cached(path) if isinstance(path, str) else None
+        ugi = _hdfs_ugi(values)
+        prof = self.server.profiles.cached(path, ugi) if isinstance(path, str) else None
         if prof is not None:  # slots against the sample profiled already (no new read)
             problems += newscenario.data_problems(values, prof)
         return 200, {
@@ -455,7 +460,8 @@ class _Handler(HardenedHandler):
         path = dig(values, "global.data.path") or ""
         if path and not any(p.startswith("global.data.path:") for p in problems):
             try:
-                problems += newscenario.data_problems(values, self.server.profiles.get(path))
+                prof = self.server.profiles.get(path, _hdfs_ugi(values))
+                problems += newscenario.data_problems(values, prof)
             except EctlError as exc:
                 problems.append(f"global.data.path: {exc.message}")
         detail = {"values": newscenario.redacted(values)}
@@ -502,6 +508,12 @@ class _Handler(HardenedHandler):
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
+
+
+def _hdfs_ugi(values: dict[str, Any]) -> str | None:
+    """The scenario's HDFS_UGI (its data is read as that user), if the values set one."""
+    ugi = dig(values, "global.data.hdfsUgi")
+    return ugi if isinstance(ugi, str) and ugi.strip() else None
 
 
 def _problems(message: str, problems: list[str]) -> dict[str, Any]:

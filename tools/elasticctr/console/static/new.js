@@ -40,6 +40,19 @@ function setAt(obj, path, value) {
   }
 }
 
+// `over`'s values into `into` (objects merged key by key, anything else replaced).
+function overlay(into, over) {
+  for (const [k, v] of Object.entries(over)) {
+    if (v !== null && typeof v === "object" && !Array.isArray(v)
+        && into[k] !== null && typeof into[k] === "object" && !Array.isArray(into[k])) {
+      overlay(into[k], v);
+    } else {
+      into[k] = v;
+    }
+  }
+  return into;
+}
+
 function shown(value) {
   if (value === undefined || value === null) return "";
   if (Array.isArray(value)) return value.join(", ");
@@ -191,7 +204,10 @@ async function applyYaml() {
 async function profileData() {
   const path = $("f-global.data.path").value.trim();
   $("new-message").textContent = `profiling a sample of ${path} ...`;
-  const { status, doc } = await post("/api/new/profile", { path });
+  // read as the scenario's HDFS user when one is set (permissions on: the console's own
+  // user may not see a team's data)
+  const hdfsUgi = getAt(newValues, "global.data.hdfsUgi") || undefined;
+  const { status, doc } = await post("/api/new/profile", { path, hdfsUgi });
   if (status !== 200) {
     $("new-message").textContent = "";
     pathProblems = doc.problems || [{ path: "", message: (doc.error || {}).message || `HTTP ${status}` }];
@@ -199,9 +215,10 @@ async function profileData() {
     return;
   }
   pathProblems = [];
-  const name = getAt(newValues, "global.scenario.name");
-  newValues = doc.values;
-  if (name) setAt(newValues, "global.scenario.name", name);
+  // the sample's suggestions over what the user set already (a previous path's first
+  // hour goes: a single file suggests none)
+  setAt(newValues, "global.data.startDateHour", undefined);
+  overlay(newValues, doc.values);
   fillForm();
   const p = doc.profile;
   $("new-message").textContent =
