@@ -202,7 +202,9 @@ def profile_path(path: str, hdfs_ugi: str | None = None) -> dict[str, Any]:
     except EctlError:
         raise
     except Exception as exc:  # the store's client: unreachable, denied, not found
-        raise EctlError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+        from elasticctr.data import storage
+
+        raise storage.wrap_error(path, exc) from exc
     doc = report.to_dict(top_k=3)
     if not doc["samples"]:
         raise EctlError(f"{path}: no samples in the first {PROFILE_LINES} lines")

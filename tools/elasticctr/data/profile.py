@@ -222,7 +222,9 @@ def resolve_files(url: str, hdfs_ugi: str | None = None) -> list[str]:
     try:
         is_dir = fs.isdir(path)
     except OSError:
-        is_dir = False
+        is_dir = False  # not there: exists() below says so, or the store's reason
+    except Exception as exc:  # hdfs-native: RuntimeError(RPCError(...)), e.g. denied
+        raise storage.wrap_error(url, exc) from exc
     if not is_dir:
         if not storage.exists(url, hdfs_ugi):
             from elasticctr.errors import EctlError
