@@ -852,18 +852,20 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     home = f"/{NS}/{NEW}"  # the team's HDFS folder: its user's alone (0750)
 
     def prepare(client) -> None:
-        client.mkdirs(home, permission=0o750, create_parent=True)
+        client.mkdirs(f"/{NS}", permission=0o755, create_parent=True)  # others may pass
+        client.mkdirs(home, permission=0o750)
         client.set_permission(home, 0o750)  # mkdirs applies the umask
         client.set_owner(home, NEW_HDFS_UGI.split(",")[0], NEW_HDFS_UGI.split(",")[0])
 
     cluster_hdfs.as_superuser(prepare)
     data = f"{cluster_hdfs.url}{home}/train_data"
-    subprocess.run(  # both hours, as a user's pipeline wrote them before
+    wrote = subprocess.run(  # both hours, as a user's pipeline wrote them before
         [*ECTL, "data", "generate", data,
          *releases.generate_args(HOURS[0], len(HOURS), LINES, 2, 25, NEW_SLOTS)],
-        check=True, capture_output=True, timeout=600,
+        capture_output=True, text=True, timeout=600,
         env={**os.environ, "HDFS_UGI": NEW_HDFS_UGI},
     )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr[-2000:]
     shots = Path(os.environ.get("ELASTICCTR_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     port = free_port()
