@@ -9,7 +9,9 @@ Each round runs, in this order (rounds interleaved: ectl, peer, ectl-2, ectl, pe
 1. ElasticCTR: its default `dnn` trains one pass with `ectl train --local -p 1 -t 1`
    (coordinator, pserver, one elastic trainer with trainer.threads Hogwild threads and
    its reader processes); held-out AUC scored from each exported version's files (the
-   manifests).
+   manifests). It reads the hours as pods do, over HTTP from `ectl fileserver`
+   (`--source fileserver`, the default; the fileserver runs inside the measured tree, so
+   its CPU is ElasticCTR's), or the local files (`--source local`).
 2. DeepCTR-Torch (the peer), in two measured processes: the parse (the same files read
    with ElasticCTR's Python parser, files sorted, batches of --batch lines, split by the
    trainers' held-out rule elastic.heldout_mask, feasigns mapped to indices per slot,
@@ -27,7 +29,8 @@ What is measured (bench/train/treecpu.py): each command runs under a reaper proc
 is the child subreaper of its tree, so the CPU (user + system) of the whole tree, every
 descendant included even after its parent exited, is exact (the kernel's accounting):
 - ElasticCTR: the `ectl train --local` launcher and all its descendants (coordinator,
-  pservers, trainers, reader processes, export keep-alives);
+  pservers, trainers, reader processes, export keep-alives), and the fileserver with
+  its wrapper (`--source fileserver`);
 - DeepCTR-Torch: the parse process plus the trainer process (torch import, loading the
   arrays, fit, predict).
 Two windows:
@@ -151,15 +154,29 @@ def train_elasticctr(
     """One `ectl train --local -p 1 -t T` job, its whole process tree measured."""
     import yaml
 
+    from elasticctr.constants import ENV_FILESERVER_TOKEN
     from elasticctr.coordinator.core import progress_from_state
 
     work = run_dir / f"ectl-t{trainers}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    wrap: list[str] = []
+    path = f"file://{data}"
+    if args.source == "fileserver":
+        # the pods' path: the hours read over HTTP from `ectl fileserver` (reads protected by
+        # its token, ranges streamed to the readers), started inside the measured tree so
+        # its CPU is ElasticCTR's
+        from elasticctr.net import free_port
+
+        port = free_port()
+        path = f"http://127.0.0.1:{port}"
+        env[ENV_FILESERVER_TOKEN] = FILESERVER_TOKEN
+        wrap = [sys.executable, "-c", WITH_FILESERVER, str(data), str(port), str(work / "fs.log")]
     values = {
         "global": {
             "data": {
-                "path": f"file://{data}",
+                "path": path,
                 "slots": slots,
                 "startDateHour": parts[0].id,
                 "endDateHour": parts[-1].id,
@@ -173,9 +190,8 @@ def train_elasticctr(
     }
     values_path = work / "values.yaml"
     values_path.write_text(yaml.safe_dump(values))
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     logs = work / "logs"
-    cmd = [sys.executable, "-m", "elasticctr.cli.main", "train", "--local", "-p", "1"]
+    cmd = [*wrap, sys.executable, "-m", "elasticctr.cli.main", "train", "--local", "-p", "1"]
     cmd += ["-t", str(trainers), "-f", str(values_path), "--log-dir", str(logs), "-q"]
     cmd += ["--checkpoint-dir", str(work / "checkpoint")]
     watch = LogWatch(logs)
@@ -219,7 +235,28 @@ def train_elasticctr(
     return result
 
 
-ROLES = ("trainer", "pserver", "coordinator")
+ROLES = ("trainer", "pserver", "coordinator", "fileserver")
+
+FILESERVER_TOKEN = "bench-deepctr-token"
+WITH_FILESERVER = """
+import subprocess, sys
+from elasticctr.net import wait_for_port
+root, port, log, *cmd = sys.argv[1:]
+with open(log, "ab") as out:
+    fs = subprocess.Popen(
+        [sys.executable, "-m", "elasticctr.cli.main", "fileserver", "--root", root,
+         "--port", port, "--protect-reads"], stdout=out, stderr=subprocess.STDOUT)
+try:
+    wait_for_port("127.0.0.1", int(port), timeout=60, what="fileserver",
+                  alive=lambda: fs.poll() is None)
+    rc = subprocess.call(cmd)
+finally:
+    fs.terminate()
+    fs.wait(30)
+sys.exit(rc)
+"""
+"""`--source fileserver`'s wrapper: `ectl fileserver` serving the data folder, then the
+training command, then the fileserver stopped (one measured tree: its CPU is counted)."""
 
 
 def _role(argv: list[str]) -> str | None:
@@ -762,6 +799,13 @@ def main() -> None:
     )
     ap.add_argument("--no-scale", action="store_true", help="skip the 2-trainer ElasticCTR run")
     ap.add_argument(
+        "--source",
+        choices=("fileserver", "local"),
+        default="fileserver",
+        help="where ElasticCTR reads the hours: `ectl fileserver` over HTTP, as pods do "
+        "(default; its CPU counted as ElasticCTR's), or the local files",
+    )
+    ap.add_argument(
         "--ectl-only", action="store_true", help="train ElasticCTR only (no DeepCTR-Torch, no venv)"
     )
     ap.add_argument(
@@ -801,7 +845,8 @@ def main() -> None:
     print(f"data: {data} ({len(parts)} hours, {len(slots)} slots); work: {work}", flush=True)
     print(
         f"threads: ElasticCTR trainer.threads {args.ectl_threads}, DeepCTR-Torch torch "
-        f"threads {threads}; {args.rounds} round(s)",
+        f"threads {threads}; {args.rounds} round(s); ElasticCTR reads the hours from "
+        + ("`ectl fileserver` over HTTP" if args.source == "fileserver" else "local files"),
         flush=True,
     )
 
