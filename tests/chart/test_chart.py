@@ -190,7 +190,7 @@ def _ectl_problems(user: dict) -> tuple[list[str], list[str]]:
     """ectl validate's problems split like helm's: (the paths of the schema problems,
     sorted; the cross-field problems of elasticctr.validateValues' rules, in order)."""
     problems = chart_values.validate(user, CHART)
-    rules = chart_values.cross_field_problems(chart_values.effective_values(user, CHART))
+    rules = chart_values.cross_field_problems(chart_values.effective_values(user, CHART), CHART)
     schema = sorted({p.split(": ", 1)[0] for p in problems if p not in rules})
     return schema, [p for p in problems if p in rules]
 

@@ -298,21 +298,22 @@ def model_hyperparameters() -> dict[str, set[str]]:
     return {name: set(COMMON_DEFAULTS) | set(own) for name, own in DEFAULTS.items()}
 
 
-def cross_field_problems(values: Values) -> list[str]:
+def cross_field_problems(values: Values, chart: Path | Umbrella | None = None) -> list[str]:
     """The chart's `elasticctr.validateValues` rules, same order and messages: the rules no
     schema can state. The others are in the schemas (`if`/`then`, `allOf`), each with the
-    `errorMessage` `_describe` prints.
+    `errorMessage` `_describe` prints. A part is on as Helm decides it: by its dependency's
+    `condition` in the umbrella's Chart.yaml.
 
     A rule whose inputs have the wrong type is skipped: the schema already reports them.
     """
+    umbrella = chart if isinstance(chart, Umbrella) else load_chart(chart)
+    conditions = {sub.name: sub.condition for sub in umbrella.subcharts}
     problems: list[str] = []
     g = values.get("global") or {}
     data = g.get("data") or {}
 
     def on(name: str) -> bool:
-        if name == "console":  # the umbrella's condition: console.enabled,serving.enabled
-            return _enabled(values, "console.enabled,serving.enabled")
-        return bool(dig(values, f"{name}.enabled", True))
+        return _enabled(values, conditions.get(name, f"{name}.enabled"))
 
     def rule(check) -> None:
         try:
@@ -554,7 +555,7 @@ def validate(user: Values, chart: Path | Umbrella | None = None) -> list[str]:
             for line in _schema_problems(sub.schema, section, sub.name):
                 if line not in problems:
                     problems.append(line)
-    problems += [p for p in cross_field_problems(values) if p not in problems]
+    problems += [p for p in cross_field_problems(values, umbrella) if p not in problems]
     problems += [p for p in semantic_problems(values) if p not in problems]
     return problems
 
