@@ -153,6 +153,23 @@ def test_unrecognised_dump_width_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.fast
+def test_plain_and_empty_parts_read_and_a_cut_line_is_a_clear_error(tmp_path: Path) -> None:
+    """The pservers' plain dumps (one part per shard, some shards empty); a line cut short
+    (a damaged dump) names its file instead of yielding wrong columns."""
+    table = tmp_path / "000"
+    table.mkdir()
+    (table / "part-000-00000").write_text(_dump_line(3, 0.5, [1.0, 2.0], "adagrad") + "\n")
+    (table / "part-000-00001").write_text("")
+    (table / "part-000-00002").write_text(_dump_line(2, 0.25, [3.0, 4.0], "adagrad") + "\n")
+    keys, values = export.read_sparse_dump(table, table_dim=3)
+    assert keys.tolist() == [2, 3] and values.tolist() == [[0.25, 3, 4], [0.5, 1, 2]]
+    cut = _dump_line(4, 0.5, [1.0, 2.0], "adagrad").rsplit(" ", 2)[0]
+    (table / "part-000-00002").write_text(_dump_line(2, 0.25, [3.0, 4.0], "adagrad") + f"\n{cut}\n")
+    with pytest.raises(EctlError, match="part-000-00002: unreadable sparse table dump"):
+        export.read_sparse_dump(table, table_dim=3)
+
+
+@pytest.mark.fast
 def test_pool_sums_known_keys_per_slot_and_ignores_unknown() -> None:
     keys = np.array([10, 20, 2**64 - 1], dtype=np.uint64)
     values = np.array([[1, 1], [2, 2], [4, 4]], dtype=np.float32)

@@ -618,9 +618,10 @@ def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
     """Have the pservers dump every table into `ps_dir` (this trainer alone: Fleet's
     `save_persistables` would wait at a barrier and only act on Paddle trainer 0).
 
-    Measured: the call can return before the sparse table is written (seen once in ~10
-    exports on a loaded machine), so the dump is used only once it is complete and its
-    files stayed unchanged for QUIET_SECONDS.
+    Our pservers write plain text (`pserver.plain_table_dumps`): such a dump is complete
+    when the call returns. A gzip dump (a pserver that compresses) is written by piped
+    gzip processes that can outlive the call (measured: seen once in ~10 exports on a
+    loaded machine), so it is used only once complete and unchanged for QUIET_SECONDS.
     """
     shutil.rmtree(ps_dir, ignore_errors=True)
     runtime._worker.save_all_model(str(ps_dir), 0)
@@ -628,6 +629,9 @@ def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
     last, quiet_since = None, time.monotonic()
     while time.monotonic() < deadline:
         state = _dump_state(ps_dir)
+        piped = any(name.endswith(".gz") for name, _, _ in state)
+        if not piped and _dump_complete(ps_dir):
+            return
         if state != last:
             last, quiet_since = state, time.monotonic()
         elif time.monotonic() - quiet_since >= QUIET_SECONDS and _dump_complete(ps_dir):
@@ -644,9 +648,12 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
     shutil.rmtree(dump_dir, ignore_errors=True)
     runtime._worker.client_flush()
     _dump_tables(runtime, dump_dir / "ps")
-    log(f"{partition}: tables dumped in {time.monotonic() - t0:.1f}s")
+    phases = {"dump": time.monotonic() - t0}
+    log(f"{partition}: tables dumped in {phases['dump']:.1f}s")
+    mark = time.monotonic()
     dense_meta = export.save_dense(exe, net, dump_dir, dense_names, dump_dir / "dense")
     heldout = heldout_batches(cfg, partition)
+    phases["dense+heldout"] = time.monotonic() - mark
     mine = _share(stats, partition)
     losses = mine["losses"]
     quarter = max(1, len(losses) // 4)
@@ -669,11 +676,13 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
         result = export.export_partition(
             cfg, partition, dump_dir, dense_meta, heldout, train, answer.get("timeline")
         )
+        phases["version"] = result["export_seconds"]
     if opts.results is not None:
         import json
 
         with open(opts.results, "a") as fh:
             fh.write(json.dumps({"version": partition, **result}) + "\n")
+    mark = time.monotonic()
     if answer.get("checkpoint") and opts.checkpoint_dir:
         # The coordinator's progress at the dump travels inside the checkpoint's ps/.
         (dump_dir / "ps" / CHECKPOINT_STATE).write_text(answer["state"])
@@ -688,6 +697,12 @@ def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, m
             },
         )
         log(f"{partition}: checkpoint written to {opts.checkpoint_dir}")
+        phases["checkpoint"] = time.monotonic() - mark
+    log(
+        f"{partition}: export took {time.monotonic() - t0:.1f}s ("
+        + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items())
+        + ")"
+    )
     return result
 
 

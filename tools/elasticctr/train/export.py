@@ -63,38 +63,40 @@ def row_layout(fields_after_key: int, table_dim: int) -> tuple[int, int]:
     )
 
 
+def _first_line(path: Path) -> bytes:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        return fh.readline()
+
+
 def read_sparse_dump(table_dir: Path, table_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """All rows of a dumped sparse table: keys uint64 [n] (sorted), values float32 [n, dim]."""
+    """All rows of a dumped sparse table: keys uint64 [n] (sorted), values float32 [n, dim].
+
+    Only the key and the weight columns are parsed (numpy's C text reader with those
+    columns); plain and gzip'd parts (older checkpoints) both read."""
     files = sorted(Path(table_dir).glob("part-*"))
     if not files:
         raise EctlError(f"no sparse table dump under {table_dir}")
     keys_parts, value_parts = [], []
-    layout = None
+    row = None
     for path in files:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rb") as fh:
-            data = fh.read()
-        lines = data.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        if not lines:
+        head = _first_line(path).split()
+        if not head:
             continue
-        heads, tails = zip(*(line.split(b" ", 1) for line in lines), strict=True)
-        keys = np.array(heads).astype(np.uint64)
-        flat = np.array(b" ".join(tails).split(), dtype=np.float32)
-        width = flat.size // len(lines)
-        if width * len(lines) != flat.size:
-            raise EctlError(f"{path}: lines have different numbers of values")
-        if layout is None:
-            layout = row_layout(width, table_dim)
-        rows = flat.reshape(len(lines), width)
-        embed_col, embedx_col = layout
-        values = np.empty((len(lines), table_dim), dtype=np.float32)
-        values[:, 0] = rows[:, embed_col]
-        if table_dim > 1:
-            values[:, 1:] = rows[:, embedx_col : embedx_col + table_dim - 1]
-        keys_parts.append(keys)
-        value_parts.append(values)
+        if row is None:
+            embed_col, embedx_col = row_layout(len(head) - 1, table_dim)
+            # columns counted from the key's (0): embed w, then the embedx weights
+            cols = [0, 1 + embed_col, *range(1 + embedx_col, embedx_col + table_dim)]
+            row = np.dtype([("key", np.uint64), ("w", np.float32, (table_dim,))])
+            fields = len(head)
+        elif len(head) != fields:
+            raise EctlError(f"{path}: {len(head)} values per line, other parts have {fields}")
+        try:
+            rows = np.loadtxt(path, dtype=row, usecols=cols, ndmin=1, delimiter=" ")
+        except ValueError as exc:
+            raise EctlError(f"{path}: unreadable sparse table dump ({exc})") from None
+        keys_parts.append(rows["key"])
+        value_parts.append(rows["w"].reshape(len(rows), table_dim))
     if not keys_parts:
         return np.zeros(0, np.uint64), np.zeros((0, table_dim), np.float32)
     keys = np.concatenate(keys_parts)
@@ -117,11 +119,10 @@ def read_dense_dump(
     files = sorted(tables[0].glob("part-*"))
     columns = []
     for path in files:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rb") as fh:
-            lines = fh.read().split(b"\n")
-        rows = [line.split(b" ", 1)[0] for line in lines if line.strip()]
-        columns.append(np.array(rows).astype(np.float32))
+        try:
+            columns.append(np.loadtxt(path, dtype=np.float32, usecols=0, ndmin=1, delimiter=" "))
+        except ValueError as exc:
+            raise EctlError(f"{path}: unreadable dense table dump ({exc})") from None
     flat = np.concatenate(columns) if columns else np.zeros(0, np.float32)
     sizes = [int(np.prod([d for d in shapes[n]])) for n in names]
     if sum(sizes) != flat.size:

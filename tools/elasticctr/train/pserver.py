@@ -22,10 +22,39 @@ def run_pserver(cfg: TrainConfig, renv: role_env.RoleEnv) -> None:
     init_fleet(renv, cfg.model, len(cfg.slots), per_slot=cfg.threads > 0)
     import paddle.distributed.fleet as fleet
 
+    plain_table_dumps()
     fleet.init_server()
     exit_at_once_on_sigterm()
     log("pserver serving")
     fleet.run_server()
+
+
+def plain_table_dumps() -> None:
+    """Have this pserver write its table dumps as plain text, not gzip.
+
+    Paddle's tables compress every full dump (`TableParameter.compress_in_save`, on by
+    default, and the_one_ps does not pass the strategy's setting through). The gzip runs
+    as a piped child process that outlives the save call, so a dump could look complete
+    before it was (the trainer had to wait for its files to stay unchanged), and it cost
+    about half of every hourly export's pserver CPU (docs/training.md). A plain dump is
+    written by the save call itself: complete when the call returns. Loading reads
+    either kind (by the file suffix), so older gzip checkpoints still load.
+    """
+    from google.protobuf import text_format
+    from paddle.distributed.ps import the_one_ps
+
+    build = the_one_ps.PsDescBuilder.build_server_desc
+    if getattr(build, "plain_dumps", False):
+        return
+
+    def build_server_desc(self) -> str:
+        build(self)
+        for table in self.ps_desc.server_param.downpour_server_param.downpour_table_param:
+            table.compress_in_save = False
+        return text_format.MessageToString(self.ps_desc)
+
+    build_server_desc.plain_dumps = True
+    the_one_ps.PsDescBuilder.build_server_desc = build_server_desc
 
 
 def exit_at_once_on_sigterm() -> None:
