@@ -109,12 +109,13 @@ def test_train_local_on_generated_hours(tmp_path: Path) -> None:
         assert manifest["slots"] == list(range(8))
         assert manifest["metrics"]["samples_per_sec_per_trainer"] > 0
         aucs.append(manifest["metrics"]["auc"])
-    # Each export carries its held-out AUC; the model learned by the second hour
-    # (0.70-0.76 in 9 runs at load 1-34). The first hour's export is only ~105 async steps
-    # over 4 Hogwild threads, and its AUC ranged 0.47-0.72 over the same runs (0.474 in a
-    # CI run), so it is checked to be a real AUC, not to be above chance.
-    assert 0.0 < aucs[0] < 1.0, aucs
-    assert aucs[1] > 0.65, aucs
+    # Each export carries its held-out AUC. The first hour is only ~105 steps over 4 Hogwild
+    # threads; it scored 0.47-0.73 while Paddle's client summed 12 batches' sparse gradients
+    # into one push (one Adam step per row per 12 batches), and 0.71-0.74 in 11 runs since
+    # the trainers send every push cycle (program.PS_CLIENT_GFLAGS); the second hour
+    # 0.748-0.760 (0.70-0.76 before).
+    assert aucs[0] > 0.65, aucs
+    assert aucs[1] > 0.70, aucs
     progress = json.loads((tmp_path / "ckpt" / "ps" / "progress.json").read_text())
     assert progress["version"] == "20200401/01"
 

@@ -202,6 +202,48 @@ def init_fleet(
     return net
 
 
+def edit_ps_desc(method: str, edit) -> None:
+    """Have Fleet's `PsDescBuilder.<method>` (`build_server_desc` / `build_worker_desc`)
+    apply `edit(ps_desc)` to the PSParameter it builds, before it is serialised for
+    Paddle's C++ side: settings the_one_ps neither sets nor passes through from the
+    strategy. Idempotent per method and edit."""
+    from google.protobuf import text_format
+    from paddle.distributed.ps import the_one_ps
+
+    build = getattr(the_one_ps.PsDescBuilder, method)
+    if edit in getattr(build, "elasticctr_edits", ()):
+        return
+
+    def built(self) -> str:
+        build(self)
+        edit(self.ps_desc)
+        return text_format.MessageToString(self.ps_desc)
+
+    built.elasticctr_edits = (*getattr(build, "elasticctr_edits", ()), edit)
+    setattr(the_one_ps.PsDescBuilder, method, built)
+
+
+PS_CLIENT_GFLAGS = (
+    # Paddle's defaults when init_gflags is empty (brpc message and pool sizes) ...
+    "-max_body_size=314217728 -socket_max_unwritten_bytes=2048000000 "
+    "-max_connection_pool_size=1950 "
+    # ... and: send each batch's sparse gradients at the next push cycle (every 10 ms).
+    "-pserver_push_sparse_merge_limit=0"
+)
+"""The trainers' PS client flags (PSParameter.init_gflags, parsed by gflags).
+
+Paddle's client sums the sparse gradients of `pserver_push_sparse_merge_limit` (12)
+batches per key before it sends them, so each embedding row got one Adam step per 12
+batches: with 0 it sends what is queued every push cycle (10 ms). Measured
+(docs/training.md "Sparse pushes merged"): held-out AUC 0.7020 -> 0.7094 against
+DeepCTR-Torch's 0.7061 on the bench, the first hour of the small-vocabulary test from
+0.52-0.73 to 0.72-0.73, at the same CPU."""
+
+
+def _client_flags(ps_desc) -> None:
+    ps_desc.init_gflags = PS_CLIENT_GFLAGS
+
+
 def start_worker(renv: role_env.RoleEnv, pserver_wait: float, note: str = ""):
     """A trainer's start: run the startup program, wait until every pserver listens,
     `fleet.init_worker()`; returns (paddle, fleet, place, executor)."""
@@ -214,6 +256,7 @@ def start_worker(renv: role_env.RoleEnv, pserver_wait: float, note: str = ""):
     waited = role_env.wait_for_endpoints(renv.pserver_endpoints, pserver_wait)
     log(f"all pservers reachable after {waited:.1f}s")
     t_init = time.monotonic()
+    edit_ps_desc("build_worker_desc", _client_flags)
     fleet.init_worker()
     log(f"worker initialised in {time.monotonic() - t_init:.1f}s{note}")
     return paddle, fleet, place, exe

@@ -13,7 +13,7 @@ import sys
 from elasticctr import constants as C
 from elasticctr.train import env as role_env
 from elasticctr.train.config import TrainConfig
-from elasticctr.train.program import init_fleet, log
+from elasticctr.train.program import edit_ps_desc, init_fleet, log
 
 
 def run_pserver(cfg: TrainConfig, renv: role_env.RoleEnv) -> None:
@@ -40,21 +40,12 @@ def plain_table_dumps() -> None:
     written by the save call itself: complete when the call returns. Loading reads
     either kind (by the file suffix), so older gzip checkpoints still load.
     """
-    from google.protobuf import text_format
-    from paddle.distributed.ps import the_one_ps
+    edit_ps_desc("build_server_desc", _uncompressed_dumps)
 
-    build = the_one_ps.PsDescBuilder.build_server_desc
-    if getattr(build, "plain_dumps", False):
-        return
 
-    def build_server_desc(self) -> str:
-        build(self)
-        for table in self.ps_desc.server_param.downpour_server_param.downpour_table_param:
-            table.compress_in_save = False
-        return text_format.MessageToString(self.ps_desc)
-
-    build_server_desc.plain_dumps = True
-    the_one_ps.PsDescBuilder.build_server_desc = build_server_desc
+def _uncompressed_dumps(ps_desc) -> None:
+    for table in ps_desc.server_param.downpour_server_param.downpour_table_param:
+        table.compress_in_save = False
 
 
 def exit_at_once_on_sigterm() -> None:
