@@ -298,3 +298,44 @@ def test_training_threads_from_values_env_override_and_bounds(monkeypatch) -> No
     monkeypatch.delenv(C.ENV_TRAIN_THREADS)
     with pytest.raises(ValidationError, match="values are not usable"):
         from_values({**base, "trainer": {"trainer": {"threads": True}}})
+
+
+@pytest.mark.fast
+def test_ps_descriptor_edits_apply_once_to_what_fleet_builds(monkeypatch) -> None:
+    """The pserver's plain dumps and the trainers' client flags reach the PSParameter Fleet
+    serialises for Paddle's C++ side, each edit once however often it is installed."""
+    from elasticctr.train import program, pserver
+
+    program.import_paddle()  # as the roles import it (legacy IR), before Fleet's modules
+    from paddle.distributed.fleet.proto import the_one_ps_pb2
+    from paddle.distributed.ps import the_one_ps
+
+    class Builder:  # Fleet's PsDescBuilder: builds self.ps_desc, returns it as text
+        def __init__(self) -> None:
+            self.ps_desc = the_one_ps_pb2.PSParameter()
+
+        def build_server_desc(self) -> str:
+            self.ps_desc.server_param.downpour_server_param.downpour_table_param.add()
+            return "unedited"
+
+        def build_worker_desc(self) -> str:
+            return "unedited"
+
+    monkeypatch.setattr(the_one_ps, "PsDescBuilder", Builder)
+    for _ in range(2):
+        pserver.plain_table_dumps()
+        program.edit_ps_desc("build_worker_desc", program._client_flags)
+    server = Builder()
+    server.build_server_desc()
+    tables = server.ps_desc.server_param.downpour_server_param.downpour_table_param
+    assert [t.compress_in_save for t in tables] == [False]
+    assert "compress_in_save: false" in Builder().build_server_desc()
+    assert len(Builder.build_server_desc.ectl_ps_edits) == 1
+    worker = Builder()
+    text = worker.build_worker_desc()
+    assert worker.ps_desc.init_gflags == program.PS_CLIENT_GFLAGS
+    assert "-pserver_push_sparse_merge_limit=0" in text
+    # Paddle's own defaults for an empty init_gflags are kept
+    assert "-max_body_size=314217728" in worker.ps_desc.init_gflags
+    # a real TableParameter defaults to compressed dumps: the edit is what turns it off
+    assert the_one_ps_pb2.TableParameter().compress_in_save is True

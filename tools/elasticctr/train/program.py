@@ -211,7 +211,7 @@ def edit_ps_desc(method: str, edit) -> None:
     from paddle.distributed.ps import the_one_ps
 
     build = getattr(the_one_ps.PsDescBuilder, method)
-    if edit in getattr(build, "elasticctr_edits", ()):
+    if edit in getattr(build, "ectl_ps_edits", ()):
         return
 
     def built(self) -> str:
@@ -219,7 +219,7 @@ def edit_ps_desc(method: str, edit) -> None:
         edit(self.ps_desc)
         return text_format.MessageToString(self.ps_desc)
 
-    built.elasticctr_edits = (*getattr(build, "elasticctr_edits", ()), edit)
+    built.ectl_ps_edits = (*getattr(build, "ectl_ps_edits", ()), edit)
     setattr(the_one_ps.PsDescBuilder, method, built)
 
 
