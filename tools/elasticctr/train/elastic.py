@@ -606,38 +606,22 @@ def _dump_complete(ps_dir: Path) -> bool:
     return len(sparse) >= program.SPARSE_SHARDS and bool(list((ps_dir / "001").glob("part-*")))
 
 
-QUIET_SECONDS = 2.0
-
-
-def _dump_state(ps_dir: Path) -> tuple:
-    files = sorted(p for p in ps_dir.rglob("*") if p.is_file()) if ps_dir.is_dir() else []
-    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-
-
 def _dump_tables(runtime, ps_dir: Path, timeout: float = 180.0) -> None:
     """Have the pservers dump every table into `ps_dir` (this trainer alone: Fleet's
     `save_persistables` would wait at a barrier and only act on Paddle trainer 0).
 
-    Our pservers write plain text (`pserver.plain_table_dumps`): such a dump is complete
-    when the call returns. A gzip dump (a pserver that compresses) is written by piped
-    gzip processes that can outlive the call (measured: seen once in ~10 exports on a
-    loaded machine), so it is used only once complete and unchanged for QUIET_SECONDS.
+    Our pservers write plain text (`pserver.plain_table_dumps`), so the dump is written
+    when the call returns (Paddle's gzip dumps were piped to gzip processes that could
+    outlive it: the trainer used to wait for quiet files). What is left is to see every
+    part on the staging volume shared with the pservers.
     """
     shutil.rmtree(ps_dir, ignore_errors=True)
     runtime._worker.save_all_model(str(ps_dir), 0)
     deadline = time.monotonic() + timeout
-    last, quiet_since = None, time.monotonic()
-    while time.monotonic() < deadline:
-        state = _dump_state(ps_dir)
-        piped = any(name.endswith(".gz") for name, _, _ in state)
-        if not piped and _dump_complete(ps_dir):
-            return
-        if state != last:
-            last, quiet_since = state, time.monotonic()
-        elif time.monotonic() - quiet_since >= QUIET_SECONDS and _dump_complete(ps_dir):
-            return
+    while not _dump_complete(ps_dir):
+        if time.monotonic() > deadline:
+            raise EctlError(f"the pservers' dump in {ps_dir} is incomplete after {timeout:.0f}s")
         time.sleep(0.25)
-    raise EctlError(f"the pservers' dump in {ps_dir} is incomplete after {timeout:.0f}s")
 
 
 def _export(cfg, exe, net, runtime, dense_names, answer, staging, stats, opts, meter) -> dict:

@@ -69,6 +69,15 @@ def _first_line(path: Path) -> bytes:
         return fh.readline()
 
 
+def _load_columns(path: Path, table: str, **columns) -> np.ndarray:
+    """Some columns of a dump part (numpy's C text reader; plain or gzip'd), or a clear
+    error naming the part."""
+    try:
+        return np.loadtxt(path, ndmin=1, delimiter=" ", **columns)
+    except ValueError as exc:
+        raise EctlError(f"{path}: unreadable {table} table dump ({exc})") from None
+
+
 def read_sparse_dump(table_dir: Path, table_dim: int) -> tuple[np.ndarray, np.ndarray]:
     """All rows of a dumped sparse table: keys uint64 [n] (sorted), values float32 [n, dim].
 
@@ -91,10 +100,7 @@ def read_sparse_dump(table_dir: Path, table_dim: int) -> tuple[np.ndarray, np.nd
             fields = len(head)
         elif len(head) != fields:
             raise EctlError(f"{path}: {len(head)} values per line, other parts have {fields}")
-        try:
-            rows = np.loadtxt(path, dtype=row, usecols=cols, ndmin=1, delimiter=" ")
-        except ValueError as exc:
-            raise EctlError(f"{path}: unreadable sparse table dump ({exc})") from None
+        rows = _load_columns(path, "sparse", dtype=row, usecols=cols)
         keys_parts.append(rows["key"])
         value_parts.append(rows["w"].reshape(len(rows), table_dim))
     if not keys_parts:
@@ -119,10 +125,7 @@ def read_dense_dump(
     files = sorted(tables[0].glob("part-*"))
     columns = []
     for path in files:
-        try:
-            columns.append(np.loadtxt(path, dtype=np.float32, usecols=0, ndmin=1, delimiter=" "))
-        except ValueError as exc:
-            raise EctlError(f"{path}: unreadable dense table dump ({exc})") from None
+        columns.append(_load_columns(path, "dense", dtype=np.float32, usecols=0))
     flat = np.concatenate(columns) if columns else np.zeros(0, np.float32)
     sizes = [int(np.prod([d for d in shapes[n]])) for n in names]
     if sum(sizes) != flat.size:

@@ -235,9 +235,9 @@ PS_CLIENT_GFLAGS = (
 Paddle's client sums the sparse gradients of `pserver_push_sparse_merge_limit` (12)
 batches per key before it sends them, so each embedding row got one Adam step per 12
 batches: with 0 it sends what is queued every push cycle (10 ms). Measured
-(docs/training.md "Sparse pushes merged"): held-out AUC 0.7020 -> 0.7094 against
-DeepCTR-Torch's 0.7061 on the bench, the first hour of the small-vocabulary test from
-0.52-0.73 to 0.72-0.73, at the same CPU."""
+(docs/training.md "Sparse pushes merged"): held-out AUC 0.7027 -> 0.7072 against
+DeepCTR-Torch's 0.7061 on the bench (3 rounds), the first hour of the small-vocabulary
+test from 0.52-0.73 to 0.71-0.74, at about the same CPU."""
 
 
 def _client_flags(ps_desc) -> None:
