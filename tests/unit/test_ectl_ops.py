@@ -650,6 +650,39 @@ def test_status_tables_show_what_is_not_up_yet(capsys):
         assert expected in out, expected
 
 
+@pytest.mark.fast
+def test_status_reads_the_stored_progress_when_the_running_coordinator_does_not_answer(capsys):
+    """A bounded job's coordinator pod is still Running for a moment after its server has
+    stopped: the pod proxy answers 503 (no route to host); the row then comes from the
+    durable record, and names the live error, as for a pod that is gone."""
+    from elasticctr.cli._common import console
+    from elasticctr.cli.status import _print_status, coordinator_progress
+    from elasticctr.coordinator.core import STATE_VERSION, progress_from_state
+
+    state = {
+        "state_version": STATE_VERSION,
+        "done": {"20200401/00#0": {"samples": 70}, "20200401/01#0": {"samples": 30}},
+        "exported": ["20200401/00", "20200401/01"],
+    }
+    stored = progress_from_state(json.dumps(state))
+    down = {"unavailable": "coordinator: HTTP 503 dial tcp 10.244.0.128:8300: no route to host"}
+    live = dict(stored, stored=False, tasks_leased=1)
+    gone = {"unavailable": "no running coordinator pod, and no stored progress"}
+
+    assert coordinator_progress(lambda: live, lambda: pytest.fail("read the store")) == live
+    assert coordinator_progress(None, lambda: stored) == stored
+    assert coordinator_progress(None, lambda: gone) == gone
+    assert coordinator_progress(lambda: down, lambda: gone) == down
+    got = coordinator_progress(lambda: down, lambda: stored)
+    assert got == {**stored, "live": down["unavailable"]} and got["samples"] == 100
+
+    console.width = 200
+    _print_status(dict(STATUS_SAMPLE, coordinator=got))
+    out = flat(capsys.readouterr().out)
+    assert "coordinator (stored; not answering)" in out
+    assert "2/2 partitions exported, tasks done 2" in out and "samples 100" in out
+
+
 # What a platform's cube-transfer answers on GET /v1/status while its store (an HDFS
 # namenode here) refuses it; elasticctr.cube.transfer.PlatformTransfer.status_doc's shape.
 TRANSFER_DOWN = {

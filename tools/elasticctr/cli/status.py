@@ -338,6 +338,23 @@ def _model(core, namespace: str, pods, by_component: dict) -> dict[str, Any]:
     }
 
 
+def coordinator_progress(live: Callable[[], dict] | None, stored: Callable[[], dict]) -> dict:
+    """The coordinator row of `ectl status`: the running coordinator's answer (`live`, None
+    when no coordinator pod runs); else, and also when the running pod does not answer (it
+    is exiting as a bounded job ends, or restarting), its durable record (`stored`), which
+    then names the live error under "live". Both are {"unavailable": why} when unreachable;
+    when neither answers, the live error is shown."""
+    answer = live() if live is not None else None
+    if answer is not None and "unavailable" not in answer:
+        return answer
+    record = stored()
+    if answer is None:
+        return record
+    if "unavailable" in record:
+        return answer
+    return {**record, "live": answer["unavailable"]}
+
+
 def _cube_committed(core, namespace: str, service) -> Any:
     """The committed version of the cube shard the Service routes to (all shards agree
     after cube-transfer's phase 2; a straggler is reconciled on its next poll)."""
@@ -417,12 +434,13 @@ def collect_status(target: Target) -> dict[str, Any]:
         coordinators = [
             p for p in pods if _pod_component(p) == "coordinator" and p.status.phase == "Running"
         ]
-        status["coordinator"] = (
-            _try("coordinator", _pod_proxy_get, core, namespace, coordinators[0],
-                 COORDINATOR_PROGRESS_PATH)
+        status["coordinator"] = coordinator_progress(
+            (lambda: _try("coordinator", _pod_proxy_get, core, namespace, coordinators[0],
+                          COORDINATOR_PROGRESS_PATH))
             if coordinators
-            else _stored_progress(core, namespace, pods, by_component.get("fileserver"),
-                                  _try("helm", _release_values, revision))
+            else None,
+            lambda: _stored_progress(core, namespace, pods, by_component.get("fileserver"),
+                                     _try("helm", _release_values, revision)),
         )  # fmt: skip
         status["model"] = _model(core, namespace, pods, by_component)
         status["serving"] = _serving(api, namespace, selector)
@@ -582,7 +600,12 @@ def _print_status(s: dict[str, Any]) -> None:
         parts = coord.get("partitions", [])
         exported = sum(1 for p in parts if p.get("exported"))
         summary.add_row(
-            "coordinator" + (" (stored; not running)" if coord.get("stored") else ""),
+            "coordinator"
+            + (
+                (" (stored; not answering)" if coord.get("live") else " (stored; not running)")
+                if coord.get("stored")
+                else ""
+            ),
             f"{exported}/{len(parts)} partitions exported, tasks done {coord['tasks_done']}, "
             f"leased {coord['tasks_leased']}, pending {coord['tasks_pending']}, "
             f"retried {coord['tasks_retried']}, samples {coord['samples']}",
