@@ -12,7 +12,15 @@
    work. A request counts when it started after the warm-up; the run ends at SECONDS.
    Prints one line: keys_measured requests seconds p50_ms p99_ms p999_ms keys_total errors.
    Build: gcc -O2 -pthread -o loadgen loadgen.c (the bench does). `loadgen mem` below
-   measures the memory system for the bench's memory-bound estimate. */
+   measures the memory system for the bench's memory-bound estimate.
+
+   loadgen http HOST PORT THREADS SECONDS WARMUP REQFILE   (bench/serving/run.py)
+
+   REQFILE: whole HTTP/1.1 requests, each preceded by its length (uint32, little-endian).
+   Each thread owns one keep-alive connection and sends requests i, i+T, ... one at a time;
+   a reply is its head (status, Content-Length) and that many body bytes, read and dropped.
+   Prints "start" when the warm-up ends (the caller's CPU window opens), then, once every
+   thread is done, one line: requests_measured seconds p50_ms p99_ms p999_ms non_200 errors. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,7 +39,7 @@
 #define BATCH 1000
 #define MAX_SAMPLES (1 << 18) /* per thread */
 
-static int mode_redis, port, nthreads, dim;
+static int mode_redis, mode_http, port, nthreads, dim;
 static double seconds, warmup;
 static const char *host;
 static char **reqs;
@@ -43,7 +51,7 @@ typedef struct {
   int id;
   double *lat;
   size_t nlat;
-  uint64_t keys_measured, keys_total, errors;
+  uint64_t keys_measured, keys_total, errors, non_200;
 } worker_t;
 
 static double now(void) {
@@ -171,11 +179,43 @@ static int read_redis(int fd, char *buf, size_t cap, float *rows) {
   }
 }
 
+/* One HTTP reply with a Content-Length body: its status (0: malformed or closed). */
+static int read_http(int fd, char *buf, size_t cap) {
+  size_t len = 0;
+  char *end = NULL;
+  for (;;) {
+    ssize_t n = fill(fd, buf, len, cap);
+    if (n < 0) return 0;
+    len = (size_t)n;
+    end = memmem(buf, len, "\r\n\r\n", 4);
+    if (end) break;
+    if (len == cap) return 0;
+  }
+  if (len < 12 || memcmp(buf, "HTTP/1.", 7) != 0) return 0;
+  int status = atoi(buf + 9);
+  size_t head = (size_t)(end - buf) + 4, clen = 0;
+  int found = 0;
+  for (char *p = buf; p < end; p++) {
+    if ((*p == '\n') && strncasecmp(p + 1, "content-length:", 15) == 0) {
+      clen = strtoul(p + 16, NULL, 10);
+      found = 1;
+      break;
+    }
+  }
+  if (!found || head + clen > cap) return 0;
+  while (len < head + clen) {
+    ssize_t n = fill(fd, buf, len, cap);
+    if (n < 0) return 0;
+    len = (size_t)n;
+  }
+  return len == head + clen ? status : 0;
+}
+
 static void *run(void *arg) {
   worker_t *w = arg;
   size_t cap = 8u << 20;
   char *buf = malloc(cap);
-  float *rows = malloc((size_t)BATCH * dim * 4);
+  float *rows = malloc((size_t)BATCH * (dim > 0 ? dim : 1) * 4);
   int fd = dial();
   double t_measure = t_start + warmup, t_end = t_measure + seconds;
   size_t j = (size_t)w->id;
@@ -184,8 +224,13 @@ static void *run(void *arg) {
     if (t0 >= t_end) break;
     size_t b = j % nbatches;
     j += (size_t)nthreads;
-    int rc = write_all(fd, reqs[b], req_len[b]);
-    if (rc == 0) rc = mode_redis ? read_redis(fd, buf, cap, rows) : read_cube(fd, buf, cap, rows);
+    int rc = write_all(fd, reqs[b], req_len[b]), status = 200;
+    if (rc == 0 && mode_http) {
+      status = read_http(fd, buf, cap);
+      rc = status ? 0 : -1;
+    } else if (rc == 0) {
+      rc = mode_redis ? read_redis(fd, buf, cap, rows) : read_cube(fd, buf, cap, rows);
+    }
     double t1 = now();
     if (rc != 0) {
       w->errors++;
@@ -193,9 +238,13 @@ static void *run(void *arg) {
       fd = dial();
       continue;
     }
-    w->keys_total += BATCH;
+    if (status != 200) {
+      if (t0 >= t_measure) w->non_200++;
+      continue;
+    }
+    w->keys_total += mode_http ? 1 : BATCH;
     if (t0 >= t_measure) {
-      w->keys_measured += BATCH;
+      w->keys_measured += mode_http ? 1 : BATCH;
       if (w->nlat < MAX_SAMPLES) w->lat[w->nlat++] = t1 - t0;
     }
   }
@@ -236,11 +285,86 @@ static int mem_bench(size_t mib, size_t lines) {
   return 0;
 }
 
+static worker_t *start_workers(pthread_t **ts) {
+  worker_t *ws = calloc((size_t)nthreads, sizeof *ws);
+  *ts = calloc((size_t)nthreads, sizeof **ts);
+  t_start = now();
+  for (int i = 0; i < nthreads; i++) {
+    ws[i].id = i;
+    ws[i].lat = malloc(sizeof(double) * MAX_SAMPLES);
+    pthread_create(&(*ts)[i], NULL, run, &ws[i]);
+  }
+  return ws;
+}
+
+/* Every thread's latencies, sorted; *n their count. */
+static double *join_workers(worker_t *ws, pthread_t *ts, size_t *n) {
+  size_t total = 0;
+  for (int i = 0; i < nthreads; i++) {
+    pthread_join(ts[i], NULL);
+    total += ws[i].nlat;
+  }
+  double *all = malloc(sizeof(double) * (total + 1));
+  *n = 0;
+  for (int i = 0; i < nthreads; i++) {
+    memcpy(all + *n, ws[i].lat, ws[i].nlat * sizeof(double));
+    *n += ws[i].nlat;
+  }
+  qsort(all, *n, sizeof(double), cmp);
+  return all;
+}
+
+#define PCT(q) (n ? all[(size_t)((q) * (n - 1))] * 1e3 : 0.0)
+
+static int http_main(FILE *f, size_t size) {
+  char *data = malloc(size);
+  if (fread(data, 1, size, f) != size) return 2;
+  fclose(f);
+  size_t cap = 0;
+  for (size_t off = 0; off + 4 <= size; nbatches++) {
+    uint32_t l;
+    memcpy(&l, data + off, 4);
+    off += 4 + l;
+    if (off > size) {
+      fprintf(stderr, "REQFILE: a request runs past the end\n");
+      return 2;
+    }
+    if (nbatches == cap) {
+      cap = cap ? 2 * cap : 64;
+      reqs = realloc(reqs, cap * sizeof *reqs);
+      req_len = realloc(req_len, cap * sizeof *req_len);
+    }
+    reqs[nbatches] = data + off - l;
+    req_len[nbatches] = l;
+  }
+  if (!nbatches) {
+    fprintf(stderr, "REQFILE: no request\n");
+    return 2;
+  }
+  pthread_t *ts;
+  worker_t *ws = start_workers(&ts);
+  struct timespec until = {.tv_sec = (time_t)warmup,
+                           .tv_nsec = (long)((warmup - (double)(time_t)warmup) * 1e9)};
+  while (nanosleep(&until, &until) != 0 && errno == EINTR) {
+  }
+  printf("start\n");
+  fflush(stdout);
+  size_t n;
+  double *all = join_workers(ws, ts, &n);
+  uint64_t non_200 = 0, err = 0;
+  for (int i = 0; i < nthreads; i++) non_200 += ws[i].non_200, err += ws[i].errors;
+  printf("%zu %.3f %.4f %.4f %.4f %llu %llu\n", n, seconds, PCT(0.5), PCT(0.99), PCT(0.999),
+         (unsigned long long)non_200, (unsigned long long)err);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "mem") == 0)
     return mem_bench(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
-  if (argc != 9) {
-    fprintf(stderr, "usage: loadgen cube|redis HOST PORT THREADS SECONDS WARMUP BATCHFILE DIM\n");
+  mode_http = argc == 8 && strcmp(argv[1], "http") == 0;
+  if (argc != 9 && !mode_http) {
+    fprintf(stderr, "usage: loadgen cube|redis HOST PORT THREADS SECONDS WARMUP BATCHFILE DIM\n"
+                    "       loadgen http HOST PORT THREADS SECONDS WARMUP REQFILE\n");
     return 2;
   }
   mode_redis = strcmp(argv[1], "redis") == 0;
@@ -249,7 +373,7 @@ int main(int argc, char **argv) {
   nthreads = atoi(argv[4]);
   seconds = atof(argv[5]);
   warmup = atof(argv[6]);
-  dim = atoi(argv[8]);
+  dim = mode_http ? 0 : atoi(argv[8]);
   FILE *f = fopen(argv[7], "rb");
   if (!f) {
     perror(argv[7]);
@@ -258,6 +382,7 @@ int main(int argc, char **argv) {
   fseek(f, 0, SEEK_END);
   long size = ftell(f);
   fseek(f, 0, SEEK_SET);
+  if (mode_http) return http_main(f, (size_t)size);
   nbatches = (size_t)size / (8 * BATCH);
   uint64_t *keys = malloc((size_t)size);
   if (fread(keys, 1, (size_t)size, f) != (size_t)size) return 2;
@@ -287,31 +412,16 @@ int main(int argc, char **argv) {
     reqs[b] = r;
     req_len[b] = (size_t)(p - r);
   }
-  worker_t *ws = calloc((size_t)nthreads, sizeof *ws);
-  pthread_t *ts = calloc((size_t)nthreads, sizeof *ts);
-  t_start = now();
-  for (int i = 0; i < nthreads; i++) {
-    ws[i].id = i;
-    ws[i].lat = malloc(sizeof(double) * MAX_SAMPLES);
-    pthread_create(&ts[i], NULL, run, &ws[i]);
-  }
-  size_t total = 0;
+  pthread_t *ts;
+  worker_t *ws = start_workers(&ts);
+  size_t n;
+  double *all = join_workers(ws, ts, &n);
   uint64_t km = 0, kt = 0, err = 0;
   for (int i = 0; i < nthreads; i++) {
-    pthread_join(ts[i], NULL);
-    total += ws[i].nlat;
     km += ws[i].keys_measured;
     kt += ws[i].keys_total;
     err += ws[i].errors;
   }
-  double *all = malloc(sizeof(double) * (total + 1));
-  size_t n = 0;
-  for (int i = 0; i < nthreads; i++) {
-    memcpy(all + n, ws[i].lat, ws[i].nlat * sizeof(double));
-    n += ws[i].nlat;
-  }
-  qsort(all, n, sizeof(double), cmp);
-#define PCT(q) (n ? all[(size_t)((q) * (n - 1))] * 1e3 : 0.0)
   printf("%llu %zu %.3f %.4f %.4f %.4f %llu %llu\n", (unsigned long long)km, n, seconds, PCT(0.5),
          PCT(0.99), PCT(0.999), (unsigned long long)kt, (unsigned long long)err);
   return 0;

@@ -3,7 +3,10 @@
 Both serve the same model version (built from the ElasticCTR demo data's feasigns plus
 random extra keys); predictions of the two are compared first (they must agree to 1e-5).
 The same closed-loop load (one sample per request, the demo lines in turn, keep-alive
-connections; bench/serving/loadgen.py) is applied at each concurrency level.
+connections) is applied at each concurrency level by bench/serving/loadgen.py (asyncio,
+pre-encoded requests); `--loadgen c` uses the compiled generator of the cube bench
+instead (bench/cube/loadgen.c, `http` mode: a C thread per connection, replies read and
+dropped), a cross-check that the client is not what limits either side.
 
 Fair by construction:
 - MLflow as its docs recommend for throughput: `--workers` = the cores the servers get
@@ -40,6 +43,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from loadgen import http_post, run  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "cube"))
+from bench_lookup import build_loadgen  # noqa: E402
 
 from elasticctr.net import free_port, wait_for_port  # noqa: E402
 
@@ -131,6 +137,42 @@ def measure(procs, port: int, requests: list[bytes], concurrency: int, duration:
     return r
 
 
+def write_requests(path: Path, requests: list[bytes]) -> Path:
+    """The compiled generator's REQFILE: each request after its uint32 LE length."""
+    path.write_bytes(b"".join(len(r).to_bytes(4, "little") + r for r in requests))
+    return path
+
+
+def measure_c(
+    procs, loadgen: Path, port: int, reqfile: Path, concurrency: int, duration: float
+) -> dict:
+    """measure() with bench/cube/loadgen.c: it prints "start" when its warm-up ends, its
+    result line once every connection is done; the side's CPU is read at each."""
+    warmup = 1.0
+    cmd = [str(loadgen), "http", "127.0.0.1", str(port), str(concurrency), str(duration),
+           str(warmup), str(reqfile)]  # fmt: skip
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as gen:
+        first = gen.stdout.readline().strip()
+        start = tree_cpu(procs)
+        line = gen.stdout.readline().split()
+        stop = tree_cpu(procs)
+        rc = gen.wait()
+    if first != "start" or rc != 0 or len(line) != 7:
+        raise SystemExit(f"loadgen failed (exit {rc}): {first!r} {line!r}")
+    n, non_200, errors = int(line[0]), int(line[5]), int(line[6])
+    cpu_s = stop - start
+    return {
+        "concurrency": concurrency,
+        "requests": n,
+        "errors": non_200 + errors,
+        "qps": n / duration,
+        "p50_ms": float(line[2]),
+        "p99_ms": float(line[3]),
+        "cpu_s": cpu_s,
+        "cpu_ms_per_req": cpu_s / max(n, 1) * 1000,
+    }
+
+
 def report(runs: dict, levels: list[int], names: list[str]) -> list[dict]:
     """Medians (min-max) per level and side; returns the median rows."""
     print(f"\n{'c':>4} {'side':<7}{'qps, median (min-max)':>28}{'p50 ms':>9}{'p99 ms':>9}"
@@ -175,6 +217,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--mlflow-workers", type=int, default=0, help="uvicorn workers (default: the server cores)"
+    )
+    ap.add_argument(
+        "--loadgen",
+        choices=("python", "c"),
+        default="python",
+        help="the asyncio load generator (default) or the compiled one (bench/cube/loadgen.c)",
     )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -259,16 +307,25 @@ def main() -> None:
         ports = {"ectl": ectl_port, "mlflow": mlflow_port}
         reqs = {"ectl": ectl_reqs, "mlflow": mlflow_reqs}
         names = ["ectl"] if mlflow_port is None else ["ectl", "mlflow"]
+        loadgen = build_loadgen(tmp) if args.loadgen == "c" else None
+        reqfiles = {n: write_requests(tmp / f"{n}.requests", reqs[n]) for n in names}
+
+        def measure_side(name: str, c: int) -> dict:
+            if loadgen is None:
+                return measure(sides[name], ports[name], reqs[name], c, args.duration)
+            return measure_c(sides[name], loadgen, ports[name], reqfiles[name], c, args.duration)
+
         print(
             f"server cores {args.server_cpus} for both sides; mlflow --workers {workers}; "
-            f"{args.rounds} rounds of {args.duration:.0f} s per level and side",
+            f"{args.rounds} rounds of {args.duration:.0f} s per level and side; load generator "
+            + ("bench/cube/loadgen.c (C threads)" if loadgen else "bench/serving/loadgen.py"),
             flush=True,
         )
         runs: dict[tuple[str, int], list[dict]] = {}
         for rnd in range(args.rounds):
             for c in levels:
                 for name in names if rnd % 2 == 0 else names[::-1]:
-                    r = measure(sides[name], ports[name], reqs[name], c, args.duration)
+                    r = measure_side(name, c)
                     runs.setdefault((name, c), []).append(r)
                     print(f"round {rnd + 1} c={c:3d} {name:<6} {r['qps']:8.0f} qps p50 "
                           f"{r['p50_ms']:7.2f} ms p99 {r['p99_ms']:7.2f} ms "
