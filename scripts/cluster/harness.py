@@ -1273,8 +1273,12 @@ state = "{c / "state"}"
             out.extend(f"    {ln}" for ln in (text or "").splitlines()[-lines:])
         return out
 
-    def diagnostics(self, namespace: str | None = None, lines: int = 20) -> str:
-        """Node conditions, pods not Running/Succeeded with their events, component log tails."""
+    def diagnostics(
+        self, namespace: str | None = None, lines: int = 20, logs: tuple[str, ...] = ()
+    ) -> str:
+        """Node conditions, pods not Running/Succeeded with their events, component log tails.
+        `logs`: parts of pod names whose log tails are shown even when they are ready (what
+        a wait depended on, e.g. "serving")."""
         from kubernetes import client
 
         out = []
@@ -1298,7 +1302,7 @@ state = "{c / "state"}"
                             f"  container {cs.name}: ready={cs.ready} "
                             f"restarts={cs.restart_count} state={cs.state.to_dict()}"
                         )
-                        if not cs.ready or cs.restart_count:
+                        if not cs.ready or cs.restart_count or any(w in name for w in logs):
                             out.extend(self._container_logs(core, ns, name, cs, lines))
                     events = core.list_namespaced_event(
                         ns, field_selector=f"involvedObject.name={name}", _request_timeout=10

@@ -142,8 +142,16 @@ def cluster_s3(kube_cluster, tmp_path_factory):
     s3.stop()
 
 
-def wait_until(what: str, probe, timeout: float, h: harness.Harness, namespace: str | None = None):
-    """Poll probe() until it returns a truthy value; on timeout fail with the diagnostics."""
+def wait_until(
+    what: str,
+    probe,
+    timeout: float,
+    h: harness.Harness,
+    namespace: str | None = None,
+    logs: tuple[str, ...] = (),
+):
+    """Poll probe() until it returns a truthy value; on timeout fail with the diagnostics
+    (with the log tails of the pods whose names hold one of `logs`, ready or not)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -156,7 +164,7 @@ def wait_until(what: str, probe, timeout: float, h: harness.Harness, namespace: 
         time.sleep(0.5)
     pytest.fail(
         f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})\n"
-        f"{h.diagnostics(namespace)}",
+        f"{h.diagnostics(namespace, lines=40 if logs else 20, logs=logs)}",
         pytrace=False,
     )
 

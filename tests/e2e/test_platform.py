@@ -699,6 +699,7 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
     wait_until(
         "MLflow's serving alias on the rolled-back version",
         lambda: serving_alias(kube_cluster, name) == old, 300, kube_cluster, NS,
+        logs=("serving", "mlflow"),
     )  # fmt: skip
     feed = predict(kube_cluster, "feed", samples["feed"])
     assert f"version={new}" in feed.stderr, feed.stderr  # the others untouched
@@ -718,6 +719,7 @@ def test_model_rollback_pin_and_unpin_through_the_api_server(kube_cluster, platf
     wait_until(
         "MLflow's serving alias back on the newest",
         lambda: serving_alias(kube_cluster, name) == new, 300, kube_cluster, NS,
+        logs=("serving", "mlflow"),
     )  # fmt: skip
     print(
         f"model rollback {new} -> {old} served by every replica in {rollback_s:.1f} s "
@@ -841,6 +843,7 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     import re
 
     import httpx
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import Form, chromium
@@ -952,7 +955,18 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
             pytest.fail(f"not added: notice {notice!r}, form {state!r}", pytrace=False)
         added_s = time.monotonic() - t0
         assert NEW in installed(kube_cluster)
-        WebDriverWait(driver, 600, poll_frequency=1).until(lambda d: served(NEW) == HOURS[-1])
+        try:
+            WebDriverWait(driver, 600, poll_frequency=1).until(lambda d: served(NEW) == HOURS[-1])
+        except TimeoutException:
+            try:
+                card = served(NEW)
+            except Exception as exc:  # noqa: BLE001 - the diagnostics below matter more
+                card = f"unreadable: {exc}"
+            pytest.fail(
+                f"{NEW} not served at {HOURS[-1]} after 600 s (card: {card!r})\n"
+                + kube_cluster.diagnostics(NS, lines=40, logs=(NEW, "serving", "cube-transfer")),
+                pytrace=False,
+            )
         served_s = time.monotonic() - t0
         samples = tmp_path / "samples.txt"
         hour = releases.local_copy(
