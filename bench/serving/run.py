@@ -132,9 +132,12 @@ def measure(procs, port: int, requests: list[bytes], concurrency: int, duration:
         snaps[what] = tree_cpu(procs)
 
     r = asyncio.run(run("127.0.0.1", port, requests, concurrency, duration, mark=mark))
-    r["cpu_s"] = snaps["stop"] - snaps["start"]
-    r["cpu_ms_per_req"] = r["cpu_s"] / max(r["requests"], 1) * 1000
-    return r
+    return with_cpu(r, snaps["stop"] - snaps["start"])
+
+
+def with_cpu(r: dict, cpu_s: float) -> dict:
+    """A window's result with the side's CPU seconds over it and per request."""
+    return {**r, "cpu_s": cpu_s, "cpu_ms_per_req": cpu_s / max(r["requests"], 1) * 1000}
 
 
 def write_requests(path: Path, requests: list[bytes]) -> Path:
@@ -160,17 +163,9 @@ def measure_c(
     if first != "start" or rc != 0 or len(line) != 7:
         raise SystemExit(f"loadgen failed (exit {rc}): {first!r} {line!r}")
     n, non_200, errors = int(line[0]), int(line[5]), int(line[6])
-    cpu_s = stop - start
-    return {
-        "concurrency": concurrency,
-        "requests": n,
-        "errors": non_200 + errors,
-        "qps": n / duration,
-        "p50_ms": float(line[2]),
-        "p99_ms": float(line[3]),
-        "cpu_s": cpu_s,
-        "cpu_ms_per_req": cpu_s / max(n, 1) * 1000,
-    }
+    r = {"concurrency": concurrency, "requests": n, "errors": non_200 + errors,
+         "qps": n / duration, "p50_ms": float(line[2]), "p99_ms": float(line[3])}  # fmt: skip
+    return with_cpu(r, stop - start)
 
 
 def report(runs: dict, levels: list[int], names: list[str]) -> list[dict]:
@@ -308,7 +303,7 @@ def main() -> None:
         reqs = {"ectl": ectl_reqs, "mlflow": mlflow_reqs}
         names = ["ectl"] if mlflow_port is None else ["ectl", "mlflow"]
         loadgen = build_loadgen(tmp) if args.loadgen == "c" else None
-        reqfiles = {n: write_requests(tmp / f"{n}.requests", reqs[n]) for n in names}
+        reqfiles = {n: write_requests(tmp / f"{n}.requests", reqs[n]) for n in names if loadgen}
 
         def measure_side(name: str, c: int) -> dict:
             if loadgen is None:

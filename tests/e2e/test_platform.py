@@ -843,7 +843,6 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
     import re
 
     import httpx
-    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from tests.browser import Form, chromium
@@ -955,18 +954,10 @@ def test_a_scenario_from_a_data_path_to_a_prediction_in_the_browser(
             pytest.fail(f"not added: notice {notice!r}, form {state!r}", pytrace=False)
         added_s = time.monotonic() - t0
         assert NEW in installed(kube_cluster)
-        try:
-            WebDriverWait(driver, 600, poll_frequency=1).until(lambda d: served(NEW) == HOURS[-1])
-        except TimeoutException:
-            try:
-                card = served(NEW)
-            except Exception as exc:  # noqa: BLE001 - the diagnostics below matter more
-                card = f"unreadable: {exc}"
-            pytest.fail(
-                f"{NEW} not served at {HOURS[-1]} after 600 s (card: {card!r})\n"
-                + kube_cluster.diagnostics(NS, lines=40, logs=(NEW, "serving", "cube-transfer")),
-                pytrace=False,
-            )
+        wait_until(
+            f"{NEW} served at {HOURS[-1]} on its card", lambda: served(NEW) == HOURS[-1],
+            600, kube_cluster, NS, logs=(NEW, "serving", "cube-transfer"),
+        )  # fmt: skip
         served_s = time.monotonic() - t0
         samples = tmp_path / "samples.txt"
         hour = releases.local_copy(

@@ -599,13 +599,11 @@ def _print_status(s: dict[str, Any]) -> None:
     if isinstance(coord, dict) and "tasks_done" in coord:
         parts = coord.get("partitions", [])
         exported = sum(1 for p in parts if p.get("exported"))
+        label = "coordinator"
+        if coord.get("stored"):  # its durable record: the pod is gone, or did not answer
+            label += " (stored; not answering)" if coord.get("live") else " (stored; not running)"
         summary.add_row(
-            "coordinator"
-            + (
-                (" (stored; not answering)" if coord.get("live") else " (stored; not running)")
-                if coord.get("stored")
-                else ""
-            ),
+            label,
             f"{exported}/{len(parts)} partitions exported, tasks done {coord['tasks_done']}, "
             f"leased {coord['tasks_leased']}, pending {coord['tasks_pending']}, "
             f"retried {coord['tasks_retried']}, samples {coord['samples']}",
